@@ -1,0 +1,117 @@
+"""Plain data the container runtime boundary (exporter.cri) hands to the rest of nodesync.
+
+Nothing here imports grpc or protobuf: exporter.cri converts its messages into these classes.
+Timestamps are Unix seconds as floats (CRI reports nanoseconds; the boundary converts).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Labels containerd's CRI plugin receives from kubelet on every sandbox and container.
+LABEL_POD_NAME = "io.kubernetes.pod.name"
+LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
+LABEL_POD_UID = "io.kubernetes.pod.uid"
+LABEL_CONTAINER_NAME = "io.kubernetes.container.name"
+
+
+class SandboxState(enum.Enum):
+    READY = "ready"
+    NOTREADY = "notready"
+
+
+class ContainerState(enum.Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSandbox:
+    id: str
+    name: str
+    namespace: str
+    uid: str
+    attempt: int
+    state: SandboxState
+    created_at: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """One container as the runtime lists it.
+
+    ``exit_code``, ``reason``, ``started_at`` and ``finished_at`` come from ContainerStatus and
+    are only filled for containers that have exited (they never change after that).
+    Pod identity comes from the sandbox's metadata (joined by ``pod_sandbox_id``) or, failing
+    that, from kubelet's ``io.kubernetes.pod.*`` labels.
+    """
+
+    id: str
+    pod_sandbox_id: str
+    name: str
+    attempt: int
+    state: ContainerState
+    created_at: float
+    pod_uid: str = ""
+    pod_namespace: str = ""
+    pod_name: str = ""
+    image: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerStats:
+    container_id: str
+    timestamp: float
+    cpu_usage_core_seconds: float | None = None
+    memory_working_set_bytes: int | None = None
+    memory_usage_bytes: int | None = None
+    memory_rss_bytes: int | None = None
+    writable_layer_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeCondition:
+    type: str
+    status: bool
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FilesystemUsage:
+    mountpoint: str
+    timestamp: float
+    used_bytes: int | None = None
+    inodes_used: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeVersion:
+    runtime_name: str
+    runtime_version: str
+    runtime_api_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSnapshot:
+    """Everything one sync cycle read from the runtime."""
+
+    taken_at: float
+    version: RuntimeVersion | None
+    conditions: tuple[RuntimeCondition, ...]
+    sandboxes: tuple[PodSandbox, ...]
+    containers: tuple[Container, ...]
+    stats: tuple[ContainerStats, ...] = ()
+    image_filesystems: tuple[FilesystemUsage, ...] = ()
