@@ -1,0 +1,121 @@
+"""Host probe: memory, the filesystems kubelet evicts on, and process-ID headroom.
+
+Everything here reads the local machine only (psutil, ``statvfs``, ``/proc``); it never needs the
+API server. :func:`read_host` is synchronous and cheap; async callers run it in a thread.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+
+from exporter.model.host import FilesystemStat, HostSnapshot
+
+__all__ = [
+    "existing_ancestor",
+    "read_filesystem",
+    "read_host",
+    "read_pid_max",
+    "read_pids_in_use",
+]
+
+
+def existing_ancestor(path: str) -> str:
+    """``path`` made absolute, or its nearest existing parent when it does not exist.
+
+    A node without kubelet (or before containerd first ran) still has the filesystems that
+    would hold their root directories; this finds the directory to measure them at.
+    """
+    current = os.path.abspath(path)
+    while not os.path.exists(current):
+        parent = os.path.dirname(current)
+        if parent == current:  # the root always exists; this only guards the loop
+            break
+        current = parent
+    return current
+
+
+def read_filesystem(role: str, path: str) -> FilesystemStat:
+    """Size, space available to unprivileged users and inodes of the filesystem holding ``path``.
+
+    Uses ``statvfs`` like kubelet does: available is ``f_bavail`` (blocks reserved for root are
+    not available to pods), free inodes are ``f_ffree``. ``path`` in the result is the directory
+    actually measured (see :func:`existing_ancestor`).
+    """
+    measured = existing_ancestor(path)
+    st = os.statvfs(measured)
+    return FilesystemStat(
+        role=role,
+        path=measured,
+        size_bytes=st.f_blocks * st.f_frsize,
+        available_bytes=st.f_bavail * st.f_frsize,
+        inodes_total=st.f_files,
+        inodes_free=st.f_ffree,
+    )
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def read_pid_max(proc_root: str = "/proc") -> int:
+    """The system-wide task limit: the smaller of ``kernel.pid_max`` and ``kernel.threads-max``.
+
+    Both limits bound the number of tasks (threads included), so kubelet's PID-pressure signal
+    takes the minimum of the two; this does the same. A limit that cannot be read is skipped;
+    returns 0 when neither can be read (unknown).
+    """
+    kernel = Path(proc_root, "sys", "kernel")
+    limits = [
+        value
+        for value in (_read_int(kernel / "pid_max"), _read_int(kernel / "threads-max"))
+        if value is not None and value > 0
+    ]
+    return min(limits, default=0)
+
+
+def read_pids_in_use(proc_root: str = "/proc") -> int:
+    """Tasks (processes and their threads) that currently hold a process ID.
+
+    Like kubelet, this reads the total in the fourth field of ``loadavg`` ("running/total"),
+    which counts threads too; each thread uses an ID from the same space as ``pid_max``. When
+    ``loadavg`` cannot be read, falls back to counting the process directories of ``proc_root``,
+    which undercounts multi-threaded processes.
+    """
+    try:
+        fields = Path(proc_root, "loadavg").read_text(encoding="ascii").split()
+        return int(fields[3].split("/")[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return sum(1 for name in os.listdir(proc_root) if name.isdigit())
+    except OSError:
+        return 0
+
+
+def read_host(containerd_root: str, kubelet_root: str, proc_root: str = "/proc") -> HostSnapshot:
+    """One reading of the host resources kubelet's eviction signals are based on.
+
+    ``kubelet_root`` (default ``/var/lib/kubelet``) locates "nodefs", ``containerd_root``
+    (default ``/var/lib/containerd``) locates "imagefs"; both are always reported, also when
+    they are one filesystem. ``proc_root`` is where the pid limits and task count are
+    read (memory comes from psutil, which reads the host's own ``/proc``).
+    """
+    memory = psutil.virtual_memory()
+    return HostSnapshot(
+        taken_at=time.time(),
+        memory_total_bytes=int(memory.total),
+        memory_available_bytes=int(memory.available),
+        filesystems=(
+            read_filesystem("nodefs", kubelet_root),
+            read_filesystem("imagefs", containerd_root),
+        ),
+        pids_in_use=read_pids_in_use(proc_root),
+        pid_max=read_pid_max(proc_root),
+    )
