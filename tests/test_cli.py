@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import pytest
+
+from exporter.cli import get_parser
+from exporter.settings import AgentSettings
+
+AGENT_FLAGS = [
+    "--cri-endpoint",
+    "--web.listen-address",
+    "--sync-period",
+    "--cri-timeout",
+    "--kubelet-root-dir",
+    "--containerd-root",
+    "--kubelet-healthz-url",
+    "--log-format",
+]
+
+
+def test_agent_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        get_parser({}).parse_args(["agent", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for flag in AGENT_FLAGS:
+        assert flag in out
+        assert "NODESYNC_" + flag.lstrip("-").replace(".", "_").replace("-", "_").upper() in out
+
+
+def test_agent_defaults() -> None:
+    settings = AgentSettings.from_args(get_parser({}).parse_args(["agent"]))
+    assert settings.cri_endpoint == "unix:///run/containerd/containerd.sock"
+    assert settings.sync_period == 10.0
+    assert settings.cri_timeout == 2.0
+    assert settings.kubelet_root_dir == "/var/lib/kubelet"
+    assert settings.containerd_root == "/var/lib/containerd"
+    assert settings.kubelet_healthz_url == "http://127.0.0.1:10248/healthz"
+    assert settings.log_format == "text"
+
+
+def test_environment_is_the_default_and_flags_win() -> None:
+    environ = {"NODESYNC_SYNC_PERIOD": "3s", "NODESYNC_WEB_LISTEN_ADDRESS": "127.0.0.1:1234"}
+    parser = get_parser(environ)
+    from_env = AgentSettings.from_args(parser.parse_args(["agent"]))
+    assert (from_env.sync_period, from_env.listen_host, from_env.listen_port) == (
+        3.0,
+        "127.0.0.1",
+        1234,
+    )
+    from_flag = AgentSettings.from_args(parser.parse_args(["agent", "--sync-period", "1m"]))
+    assert from_flag.sync_period == 60.0
+
+
+def test_bad_environment_value_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        get_parser({"NODESYNC_CRI_TIMEOUT": "soon"}).parse_args(["agent"])
+    assert exc.value.code == 2
+    assert "NODESYNC_CRI_TIMEOUT" in capsys.readouterr().err
+
+
+def test_bad_flag_value_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        get_parser({}).parse_args(["agent", "--log-format", "xml"])
+    assert "invalid choice" in capsys.readouterr().err
