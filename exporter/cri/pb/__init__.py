@@ -1,0 +1,1 @@
+"""Generated CRI v1 stubs (scripts/gen-cri-stubs). Do not edit."""
