@@ -1,0 +1,215 @@
+"""Async CRI v1 client over the runtime's unix socket.
+
+Every call carries a deadline: a frozen runtime otherwise hangs a call forever. Failures are
+translated into :mod:`exporter.cri.errors`; results are exporter.model dataclasses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import grpc
+import grpc.aio
+
+from exporter.cri import convert
+from exporter.cri.errors import CRIError, NotFound, error_for
+from exporter.cri.pb import api_pb2, api_pb2_grpc
+from exporter.model.runtime import (
+    Container,
+    ContainerStats,
+    FilesystemUsage,
+    PodSandbox,
+    RuntimeCondition,
+    RuntimeVersion,
+)
+
+CRI_API_VERSION = "v1"
+_MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # as kubelet
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    # Reconnect quickly once a restarted runtime listens again.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+class RequestObserver(Protocol):
+    """Told about every CRI request once it finished (successfully or not).
+
+    ``operation_type`` uses kubelet's names (``list_podsandbox``, ``container_status`` ...),
+    ``grpc_code`` is the status code name (``"OK"``, ``"DEADLINE_EXCEEDED"`` ...).
+    """
+
+    def observe(self, operation_type: str, duration_seconds: float, grpc_code: str) -> None: ...
+
+
+class CRIClient:
+    """One long-lived channel to the runtime; safe to keep across runtime restarts."""
+
+    def __init__(
+        self, endpoint: str, timeout: float = 2.0, observer: RequestObserver | None = None
+    ) -> None:
+        self._endpoint = endpoint
+        self._timeout = timeout
+        self._observer = observer
+        self._channel = grpc.aio.insecure_channel(endpoint, options=_CHANNEL_OPTIONS)
+        self._runtime: Any = api_pb2_grpc.RuntimeServiceStub(self._channel)
+        self._images: Any = api_pb2_grpc.ImageServiceStub(self._channel)
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)
+
+    async def __aenter__(self) -> CRIClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(
+        self,
+        operation_type: str,
+        method: Callable[..., Any],
+        request: Any,
+        call_timeout: float | None = None,
+    ) -> Any:
+        started = time.monotonic()
+        code = "OK"
+        try:
+            return await method(
+                request, timeout=self._timeout if call_timeout is None else call_timeout
+            )
+        except grpc.aio.AioRpcError as err:
+            code = err.code().name
+            raise error_for(operation_type, code, err.details() or "") from err
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        finally:
+            if self._observer is not None:
+                self._observer.observe(operation_type, time.monotonic() - started, code)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def version(self) -> RuntimeVersion:
+        reply = await self._call(
+            "version", self._runtime.Version, api_pb2.VersionRequest(version=CRI_API_VERSION)
+        )
+        return convert.version(reply)
+
+    async def status(self) -> tuple[RuntimeCondition, ...]:
+        reply = await self._call("status", self._runtime.Status, api_pb2.StatusRequest())
+        return convert.conditions(reply)
+
+    async def list_pod_sandboxes(self) -> tuple[PodSandbox, ...]:
+        reply = await self._call(
+            "list_podsandbox", self._runtime.ListPodSandbox, api_pb2.ListPodSandboxRequest()
+        )
+        return tuple(convert.pod_sandbox(item) for item in reply.items)
+
+    async def pod_sandbox_status(self, pod_sandbox_id: str) -> PodSandbox:
+        reply = await self._call(
+            "podsandbox_status",
+            self._runtime.PodSandboxStatus,
+            api_pb2.PodSandboxStatusRequest(pod_sandbox_id=pod_sandbox_id),
+        )
+        return convert.pod_sandbox(reply.status)
+
+    async def list_containers(self) -> tuple[Container, ...]:
+        reply = await self._call(
+            "list_containers", self._runtime.ListContainers, api_pb2.ListContainersRequest()
+        )
+        return tuple(convert.container(item) for item in reply.containers)
+
+    async def container_status(self, container_id: str, pod_sandbox_id: str = "") -> Container:
+        """Status of one container, with exit code, reason, message and start/finish times.
+
+        CRI's ContainerStatus does not name the sandbox; ``pod_sandbox_id`` is copied into the
+        result when the caller knows it (from ListContainers).
+        """
+        reply = await self._call(
+            "container_status",
+            self._runtime.ContainerStatus,
+            api_pb2.ContainerStatusRequest(container_id=container_id),
+        )
+        return convert.container_status(reply.status, pod_sandbox_id)
+
+    async def list_container_stats(self) -> tuple[ContainerStats, ...]:
+        reply = await self._call(
+            "list_container_stats",
+            self._runtime.ListContainerStats,
+            api_pb2.ListContainerStatsRequest(),
+        )
+        return tuple(convert.container_stats(item) for item in reply.stats)
+
+    async def image_fs_info(self) -> tuple[FilesystemUsage, ...]:
+        reply = await self._call(
+            "image_fs_info", self._images.ImageFsInfo, api_pb2.ImageFsInfoRequest()
+        )
+        return tuple(convert.filesystem_usage(item) for item in reply.image_filesystems)
+
+    # -- idempotent cleanup: NOT_FOUND means the job is already done --------------------------
+
+    async def _cleanup(
+        self, operation_type: str, method: Callable[..., Any], request: Any, call_timeout: float
+    ) -> None:
+        try:
+            await self._call(operation_type, method, request, call_timeout)
+        except NotFound:
+            return
+
+    async def stop_pod_sandbox(
+        self, pod_sandbox_id: str, call_timeout: float | None = None
+    ) -> None:
+        """Stop a sandbox and kill its containers. A sandbox that is gone counts as stopped."""
+        await self._cleanup(
+            "stop_podsandbox",
+            self._runtime.StopPodSandbox,
+            api_pb2.StopPodSandboxRequest(pod_sandbox_id=pod_sandbox_id),
+            self._timeout if call_timeout is None else call_timeout,
+        )
+
+    async def remove_pod_sandbox(
+        self, pod_sandbox_id: str, call_timeout: float | None = None
+    ) -> None:
+        """Remove a sandbox and its containers. A sandbox that is gone counts as removed."""
+        await self._cleanup(
+            "remove_podsandbox",
+            self._runtime.RemovePodSandbox,
+            api_pb2.RemovePodSandboxRequest(pod_sandbox_id=pod_sandbox_id),
+            self._timeout if call_timeout is None else call_timeout,
+        )
+
+    async def stop_container(self, container_id: str, timeout_seconds: int = 0) -> None:
+        """Stop a container, killing it after ``timeout_seconds`` of grace.
+
+        The call's deadline is the client timeout plus the grace period.
+        """
+        await self._cleanup(
+            "stop_container",
+            self._runtime.StopContainer,
+            api_pb2.StopContainerRequest(container_id=container_id, timeout=timeout_seconds),
+            self._timeout + max(timeout_seconds, 0),
+        )
+
+    async def remove_container(self, container_id: str, call_timeout: float | None = None) -> None:
+        """Remove a container. A container that is gone counts as removed."""
+        await self._cleanup(
+            "remove_container",
+            self._runtime.RemoveContainer,
+            api_pb2.RemoveContainerRequest(container_id=container_id),
+            self._timeout if call_timeout is None else call_timeout,
+        )
+
+
+__all__ = ["CRIClient", "CRIError", "RequestObserver"]

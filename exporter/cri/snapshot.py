@@ -1,0 +1,140 @@
+"""One consistent read of the runtime per sync cycle, at about the cost of the list calls.
+
+The list calls run concurrently. ContainerStatus (the only source of exit code and reason) is
+asked only for exited containers not seen before: an exited container never changes, so its
+status is cached by id until the container disappears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Iterable
+from typing import TypeVar
+
+from exporter.cri.client import CRIClient
+from exporter.cri.errors import CRIError
+from exporter.model.runtime import (
+    Container,
+    ContainerState,
+    PodSandbox,
+    RuntimeSnapshot,
+    RuntimeVersion,
+)
+
+T = TypeVar("T")
+
+_STATUS_CONCURRENCY = 8
+
+
+class RuntimeReader:
+    """Reads a :class:`RuntimeSnapshot`; keep one per runtime so its caches work."""
+
+    def __init__(self, client: CRIClient) -> None:
+        self._client = client
+        self._version: RuntimeVersion | None = None  # kept from the first successful call
+        self._exited: dict[str, Container] = {}
+
+    @property
+    def cached_container_ids(self) -> frozenset[str]:
+        """Ids of exited containers whose status is cached."""
+        return frozenset(self._exited)
+
+    async def read(self) -> RuntimeSnapshot:
+        """Read the runtime's state.
+
+        Raises the CRIError of Status, ListPodSandbox or ListContainers (the runtime is down or
+        unusable). Stats and image filesystem usage are optional: if they fail (including
+        UNIMPLEMENTED) the snapshot simply lacks them.
+        """
+        taken_at = time.time()
+        client = self._client
+        version_call: Awaitable[RuntimeVersion] = (
+            client.version() if self._version is None else _done(self._version)
+        )
+        (
+            conditions,
+            sandboxes,
+            containers,
+            stats,
+            filesystems,
+            version,
+        ) = await asyncio.gather(
+            client.status(),
+            client.list_pod_sandboxes(),
+            client.list_containers(),
+            client.list_container_stats(),
+            client.image_fs_info(),
+            version_call,
+            return_exceptions=True,
+        )
+        if isinstance(conditions, BaseException):
+            raise conditions
+        if isinstance(sandboxes, BaseException):
+            raise sandboxes
+        if isinstance(containers, BaseException):
+            raise containers
+        for optional in (stats, filesystems, version):
+            if isinstance(optional, BaseException) and not isinstance(optional, CRIError):
+                raise optional
+        if not isinstance(version, BaseException):
+            self._version = version
+
+        resolved = await self._resolve_exited(containers)
+        by_id = {sandbox.id: sandbox for sandbox in sandboxes}
+        return RuntimeSnapshot(
+            taken_at=taken_at,
+            version=self._version,
+            conditions=conditions,
+            sandboxes=sandboxes,
+            containers=tuple(_join_pod(c, by_id.get(c.pod_sandbox_id)) for c in resolved),
+            stats=stats if isinstance(stats, tuple) else (),
+            image_filesystems=filesystems if isinstance(filesystems, tuple) else (),
+        )
+
+    async def _resolve_exited(self, containers: Iterable[Container]) -> list[Container]:
+        """Replace exited containers by their (cached) ContainerStatus; prune the cache."""
+        listed = list(containers)
+        current = {c.id for c in listed}
+        for gone in set(self._exited) - current:
+            del self._exited[gone]
+
+        todo = [c for c in listed if c.state is ContainerState.EXITED and c.id not in self._exited]
+        if todo:
+            limit = asyncio.Semaphore(_STATUS_CONCURRENCY)
+
+            async def fetch(listed_container: Container) -> Container | None:
+                async with limit:
+                    try:
+                        status = await self._client.container_status(
+                            listed_container.id, listed_container.pod_sandbox_id
+                        )
+                    except CRIError:
+                        # Removed meanwhile, or the runtime hiccuped: retry next cycle.
+                        return None
+                return status
+
+            for found in await asyncio.gather(*(fetch(c) for c in todo)):
+                if found is not None and found.state is ContainerState.EXITED:
+                    self._exited[found.id] = found
+
+        return [
+            self._exited.get(c.id, c) if c.state is ContainerState.EXITED else c for c in listed
+        ]
+
+
+async def _done(value: T) -> T:
+    return value
+
+
+def _join_pod(container: Container, sandbox: PodSandbox | None) -> Container:
+    """Pod identity from the container's sandbox; kubelet's labels are the fallback."""
+    if sandbox is None:
+        return container
+    return dataclasses.replace(
+        container,
+        pod_uid=sandbox.uid or container.pod_uid,
+        pod_namespace=sandbox.namespace or container.pod_namespace,
+        pod_name=sandbox.name or container.pod_name,
+    )
