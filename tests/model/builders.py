@@ -54,7 +54,7 @@ def exited(
     **kw: Any,
 ) -> Container:
     if reason is None:
-        reason = {None: ""}.get(exit_code, "Completed" if exit_code == 0 else "Error")
+        reason = "" if exit_code is None else "Completed" if exit_code == 0 else "Error"
     return container(
         name,
         attempt,

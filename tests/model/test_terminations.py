@@ -5,11 +5,19 @@ from collections.abc import Sequence
 import pytest
 
 from exporter.model.runtime import Container
-from exporter.model.terminations import REASONS, LoopState, TerminationTracker, bucket_reason
+from exporter.model.terminations import (
+    REASONS,
+    LoopKind,
+    LoopState,
+    TerminationTracker,
+    bucket_reason,
+)
 from tests.model.builders import created, exited, oom, running
 
 Step = tuple[float, Sequence[Container]]
-Loop = tuple[str, str, str, int, float]  # pod, container, kind, terminations, last_termination_at
+Loop = tuple[
+    str, str, LoopKind, int, float
+]  # pod, container, kind, terminations, last_termination_at
 
 
 @pytest.mark.parametrize(

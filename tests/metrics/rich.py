@@ -1,0 +1,126 @@
+"""A synthetic node with something in every series, for rendering all agent families at once."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.metrics.collector import SnapshotCollector
+from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
+from exporter.metrics.host import host_families
+from exporter.metrics.kubelet import kubelet_families
+from exporter.metrics.runtime import runtime_families
+from exporter.metrics.selfmetrics import SourceStatus, build_info_family, self_families
+from exporter.model.host import FilesystemStat, HostSnapshot, KubeletSnapshot
+from exporter.model.phase import phase_counts
+from exporter.model.pressure import pressure
+from exporter.model.runtime import (
+    ContainerStats,
+    FilesystemUsage,
+    RuntimeCondition,
+    RuntimeSnapshot,
+    RuntimeVersion,
+    SandboxState,
+)
+from exporter.model.terminations import TerminationTracker
+from tests.model.builders import created, exited, oom, running, sandbox, unknown
+
+NOW = 1_700_000_000.0
+GI = 1024**3
+
+
+def rich_runtime() -> RuntimeSnapshot:
+    return RuntimeSnapshot(
+        taken_at=NOW,
+        version=RuntimeVersion("containerd", "1.6.20", "v1"),
+        conditions=(
+            RuntimeCondition("RuntimeReady", True),
+            RuntimeCondition("NetworkReady", False, reason="NetworkPluginNotReady"),
+        ),
+        sandboxes=(
+            sandbox("u-run", name="web", created_at=NOW - 500),
+            sandbox("u-oom", name="hog", namespace="batch", created_at=NOW - 500),
+            sandbox("u-wait", name="slow", created_at=NOW - 10),
+            sandbox("u-lost", name="lost", state=SandboxState.NOTREADY, created_at=NOW - 900),
+            sandbox("u-done", name="job", state=SandboxState.NOTREADY, created_at=NOW - 900),
+        ),
+        containers=(
+            running(uid="u-run", pod="web"),
+            oom("hog", 0, finished_at=NOW - 120, uid="u-oom", pod="hog", namespace="batch"),
+            oom("hog", 1, finished_at=NOW - 60, uid="u-oom", pod="hog", namespace="batch"),
+            exited(
+                "hog",
+                2,
+                exit_code=1,
+                finished_at=NOW - 30,
+                uid="u-oom",
+                pod="hog",
+                namespace="batch",
+            ),
+            created("hog", 3, uid="u-oom", pod="hog", namespace="batch"),
+            created(uid="u-wait", pod="slow"),
+            unknown(uid="u-lost", pod="lost"),
+            exited(uid="u-done", pod="job", finished_at=NOW - 800),
+        ),
+        stats=(
+            ContainerStats(
+                "c1", NOW, memory_working_set_bytes=200_000_000, writable_layer_bytes=4096
+            ),
+            ContainerStats("c2", NOW, memory_working_set_bytes=50_000_000),
+        ),
+        image_filesystems=(
+            FilesystemUsage(
+                "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs",
+                NOW,
+                used_bytes=3 * GI,
+                inodes_used=40_000,
+            ),
+        ),
+    )
+
+
+def rich_host() -> HostSnapshot:
+    return HostSnapshot(
+        taken_at=NOW,
+        memory_total_bytes=8 * GI,
+        memory_available_bytes=50 * 1024 * 1024,
+        filesystems=(
+            FilesystemStat("nodefs", "/var/lib/kubelet", 100 * GI, 40 * GI, 6_000_000, 5_000_000),
+            FilesystemStat("imagefs", "/var/lib/containerd", 50 * GI, 5 * GI, 3_000_000, 2_900_000),
+        ),
+        pids_in_use=812,
+        pid_max=4_194_304,
+    )
+
+
+def rich_kubelet() -> KubeletSnapshot:
+    return KubeletSnapshot(
+        taken_at=NOW, healthy=True, pod_uids=frozenset({"u-run", "u-oom"}), pod_dir_readable=True
+    )
+
+
+def rich_agent_exposition() -> str:
+    """Every agent family from this module's snapshots, instruments included, as one scrape."""
+    snap = rich_runtime()
+    tracker = TerminationTracker()
+    tracker.observe(snap.containers, NOW)
+    host = rich_host()
+    families = [
+        *runtime_families(snap, phase_counts(snap, ()), tracker.totals(), tracker.loops(NOW)),
+        *host_families(host, pressure(host)),
+        *kubelet_families(rich_kubelet()),
+        *self_families(
+            {
+                "runtime": SourceStatus(up=True, last_success_timestamp=NOW),
+                "host": SourceStatus(up=True, last_success_timestamp=NOW),
+                "kubelet": SourceStatus(up=False, last_success_timestamp=None),
+            }
+        ),
+        build_info_family("0.1.0"),
+    ]
+    registry = CollectorRegistry()
+    cri = CRIRequestMetrics(registry)
+    cri.observe("list_podsandbox", 0.004, "OK")
+    cri.observe("container_status", 2.0, "DEADLINE_EXCEEDED")
+    SyncMetrics(registry).observe(0.3)
+    registry.register(SnapshotCollector(lambda: families))
+    return generate_latest(registry).decode()
