@@ -1,0 +1,67 @@
+"""Property: whatever the poll timing and garbage collection, each attempt is counted once."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.model.runtime import Container
+from exporter.model.terminations import REASONS, TerminationTracker
+from tests.model.builders import exited, oom, running
+
+REASON_EXITS = {"OOMKilled": 137, "Error": 1, "Completed": 0}
+
+
+@st.composite
+def timelines(draw: st.DrawFn) -> tuple[list[str], list[tuple[int, bool, frozenset[int]]]]:
+    """Reasons of each attempt, and polls as (current attempt, current exited?, kept records)."""
+    reasons = draw(st.lists(st.sampled_from(sorted(REASON_EXITS)), min_size=1, max_size=12))
+    polls: list[tuple[int, bool, frozenset[int]]] = []
+    collected: set[int] = set()
+    position = 0
+    for _ in range(draw(st.integers(1, 8))):
+        position = draw(st.integers(position, len(reasons) * 2 - 1))
+        current, current_exited = divmod(position, 2)
+        collected |= draw(st.sets(st.integers(0, max(current - 1, 0)))) & set(range(current))
+        polls.append((current, bool(current_exited), frozenset(range(current)) - collected))
+    return reasons, polls
+
+
+def listing(
+    reasons: list[str], current: int, current_exited: bool, kept: frozenset[int]
+) -> list[Container]:
+    def record(attempt: int) -> Container:
+        reason = reasons[attempt]
+        finished = 1000.0 + attempt
+        if reason == "OOMKilled":
+            return oom(attempt=attempt, finished_at=finished)
+        return exited(attempt=attempt, exit_code=REASON_EXITS[reason], finished_at=finished)
+
+    containers = [record(a) for a in sorted(kept)]
+    containers.append(record(current) if current_exited else running(attempt=current))
+    return containers
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(timelines())
+def test_each_attempt_counted_once(
+    timeline: tuple[list[str], list[tuple[int, bool, frozenset[int]]]],
+) -> None:
+    reasons, polls = timeline
+    tracker = TerminationTracker()
+    seen_exited: set[int] = set()
+    for step, (current, current_exited, kept) in enumerate(polls):
+        containers = listing(reasons, current, current_exited, kept)
+        tracker.observe(containers, 2000.0 + step)
+        tracker.observe(containers, 2000.5 + step)  # the same listing again changes nothing
+        seen_exited |= {c.attempt for c in containers if c.exit_code is not None}
+    last, last_exited, _ = polls[-1]
+    terminated = last + 1 if last_exited else last
+    totals = tracker.totals()
+    assert set(totals) == set(REASONS)
+    assert sum(totals.values()) == terminated
+    recorded = [a for a in range(terminated) if a in seen_exited]
+    for reason in REASON_EXITS:
+        assert totals[reason] == sum(1 for a in recorded if reasons[a] == reason)
+    assert totals["unknown"] == terminated - len(recorded)
+    assert totals["other"] == 0
