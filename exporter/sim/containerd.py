@@ -25,7 +25,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -267,8 +267,7 @@ def _pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _wait_until(condition: object, timeout: float, interval: float = 0.02) -> bool:
-    assert callable(condition)
+def _wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         if condition():
@@ -289,6 +288,7 @@ class LocalContainerd:
         self._image_ref = image_ref
         self._base_parent = base_dir
         self._dir: Path | None = None
+        self._last_dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._frozen = False
         self._shim_sockets: set[str] = set()
@@ -324,7 +324,11 @@ class LocalContainerd:
 
     @property
     def cgroup_root(self) -> str:
-        return cgroup_root_for(self.endpoint)
+        """Cgroup parent of this instance's pods (see :func:`cgroup_root_for`)."""
+        directory = self._dir or self._last_dir
+        if directory is None:
+            raise ContainerdError("LocalContainerd has not been started")
+        return cgroup_root_for(f"unix://{directory}/c.sock")
 
     @property
     def image_ref(self) -> str:
@@ -356,6 +360,7 @@ class LocalContainerd:
             )  # fmt: skip
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="ns-", dir=self._base_parent))
+            self._last_dir = self._dir
             for sub in ("root", "state", "runc", "opt", "cni/bin", "cni/conf", "logs"):
                 (self._dir / sub).mkdir(parents=True, exist_ok=True)
             (self._dir / "config.toml").write_text(_config_toml(self._dir, self._image_ref))
@@ -490,9 +495,10 @@ class LocalContainerd:
             pass
 
     def _own_shim_pids(self) -> list[int]:
-        if self._dir is None:
+        directory = self._dir or self._last_dir
+        if directory is None:
             return []
-        address = self.socket_path
+        address = str(directory / "c.sock")
         pids = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -559,12 +565,18 @@ class LocalContainerd:
         shutil.rmtree(self._dir, ignore_errors=True)
         self._dir = None
 
-    def leftovers(self, directory: Path) -> list[str]:
-        """What of an instance that used ``directory`` still exists (for teardown checks)."""
+    def leftovers(self) -> list[str]:
+        """What of the last cleaned-up (or current) instance still exists; empty when clean."""
+        if self._last_dir is None:
+            return []
         found = []
-        if directory.exists():
-            found.append(f"directory {directory}")
-        found.extend(f"mount {p}" for p in _mounts_under(directory))
+        if self._last_dir.exists():
+            found.append(f"directory {self._last_dir}")
+        found.extend(f"mount {point}" for point in _mounts_under(self._last_dir))
+        found.extend(f"cgroup {path}" for path in self._cgroup_dirs())
+        found.extend(f"shim pid {pid}" for pid in self._own_shim_pids() if _pid_alive(pid))
+        if self._proc is not None and self._proc.poll() is None:
+            found.append(f"containerd pid {self._proc.pid}")
         return found
 
     def __enter__(self) -> LocalContainerd:
