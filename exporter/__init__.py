@@ -1,3 +1,3 @@
-"""nodesync: node state sync during Kubernetes scale-out, as Prometheus metrics and safe rollbacks."""
+"""nodesync: node state sync during Kubernetes scale-out, as metrics and safe rollbacks."""
 
 __version__ = "0.1.0"

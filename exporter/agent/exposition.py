@@ -1,0 +1,25 @@
+"""Maps the agent's latest state to metric families, fresh on every scrape."""
+
+from __future__ import annotations
+
+from prometheus_client.metrics_core import Metric
+
+from exporter.agent.state import AgentState
+from exporter.metrics.host import host_families
+from exporter.metrics.kubelet import kubelet_families
+from exporter.metrics.runtime import runtime_families
+from exporter.metrics.selfmetrics import SourceStatus, self_families
+
+
+def agent_families(state: AgentState) -> list[Metric]:
+    families: list[Metric] = []
+    families += runtime_families(state.runtime, state.phases, state.terminations, state.loops)
+    families += host_families(state.host, state.pressure)
+    families += kubelet_families(state.kubelet)
+    families += self_families(
+        {
+            name: SourceStatus(up=source.up, last_success_timestamp=source.last_success)
+            for name, source in state.sources.items()
+        }
+    )
+    return families

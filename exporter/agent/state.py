@@ -1,0 +1,32 @@
+"""What the agent knows after its latest sync: the input of every scrape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from exporter.model.host import HostSnapshot, KubeletSnapshot
+from exporter.model.phase import PodPhase
+from exporter.model.runtime import RuntimeSnapshot
+from exporter.model.terminations import LoopState
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    up: bool
+    last_success: float | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentState:
+    """An immutable view published at the end of each sync; scrapes read the latest one."""
+
+    runtime: RuntimeSnapshot | None = None
+    phases: dict[PodPhase, int] = field(default_factory=dict)
+    terminations: dict[str, int] = field(default_factory=dict)
+    loops: tuple[LoopState, ...] = ()
+    host: HostSnapshot | None = None
+    pressure: dict[str, bool] = field(default_factory=dict)
+    kubelet: KubeletSnapshot | None = None
+    sources: dict[str, SourceState] = field(default_factory=dict)
+    synced: bool = False

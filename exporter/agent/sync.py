@@ -1,0 +1,169 @@
+"""The agent's sync loop: read the runtime, kubelet and host; publish one immutable state.
+
+A scrape never waits on containerd: it renders the state published by the last completed
+sync. Each source fails on its own: a frozen containerd does not stop the host probes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from exporter.agent.state import AgentState, SourceState
+from exporter.cri.errors import CRIError
+from exporter.model.host import HostSnapshot, KubeletSnapshot
+from exporter.model.phase import phase_counts, pods_by_uid
+from exporter.model.pressure import pressure
+from exporter.model.runtime import RuntimeSnapshot
+from exporter.model.terminations import TerminationTracker
+
+log = logging.getLogger(__name__)
+
+SOURCE_CRI = "runtime"
+SOURCE_HOST = "host"
+SOURCE_KUBELET = "kubelet"
+
+
+class RuntimeSource(Protocol):
+    async def read(self) -> RuntimeSnapshot: ...
+
+
+class KubeletSource(Protocol):
+    async def read(self) -> KubeletSnapshot: ...
+
+
+class DurationObserver(Protocol):
+    def observe(self, seconds: float) -> None: ...
+
+
+class AgentSync:
+    def __init__(
+        self,
+        runtime: RuntimeSource,
+        kubelet: KubeletSource,
+        read_host: Callable[[], HostSnapshot],
+        durations: DurationObserver,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._runtime = runtime
+        self._kubelet = kubelet
+        self._read_host = read_host
+        self._durations = durations
+        self._clock = clock
+        self._terminations = TerminationTracker()
+        self._known_pod_uids: frozenset[str] = frozenset()
+        self._state = AgentState()
+        self._synced = asyncio.Event()
+        self.last_cycle_end: float | None = None
+
+    @property
+    def state(self) -> AgentState:
+        return self._state
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    async def sync_once(self) -> AgentState:
+        started = time.perf_counter()
+        runtime, host, kubelet = await asyncio.gather(
+            self._read_runtime(), self._read_host_safely(), self._read_kubelet()
+        )
+        now = self._clock()
+        previous = self._state.sources
+        sources = {
+            SOURCE_CRI: _source(previous.get(SOURCE_CRI), runtime, now),
+            SOURCE_HOST: _source(previous.get(SOURCE_HOST), host, now),
+            SOURCE_KUBELET: _source(previous.get(SOURCE_KUBELET), kubelet, now),
+        }
+        snapshot = runtime if isinstance(runtime, RuntimeSnapshot) else None
+        if snapshot is not None:
+            self._known_pod_uids = frozenset(pods_by_uid(snapshot))
+            self._terminations.observe(snapshot.containers, now)
+        host_snapshot = host if isinstance(host, HostSnapshot) else None
+        self._state = AgentState(
+            runtime=snapshot,
+            phases=phase_counts(snapshot, self._known_pod_uids),
+            terminations=dict(self._terminations.totals()),
+            loops=tuple(self._terminations.loops(now)),
+            host=host_snapshot,
+            pressure=pressure(host_snapshot) if host_snapshot else {},
+            kubelet=kubelet if isinstance(kubelet, KubeletSnapshot) else None,
+            sources=sources,
+            synced=True,
+        )
+        self._durations.observe(time.perf_counter() - started)
+        self.last_cycle_end = time.monotonic()
+        self._synced.set()
+        return self._state
+
+    async def run(self, period: float) -> None:
+        """Sync every ``period`` seconds until cancelled; a slow cycle delays, never overlaps."""
+        next_at = time.monotonic()
+        while True:
+            try:
+                await self.sync_once()
+            except Exception:  # a bug in one cycle must not kill the loop
+                log.exception("sync cycle failed")
+            next_at += period
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind: start the next cycle now, re-anchor the schedule
+                next_at = time.monotonic()
+                delay = 0
+            await asyncio.sleep(delay)
+
+    async def _read_runtime(self) -> RuntimeSnapshot | Exception:
+        try:
+            return await self._runtime.read()
+        except CRIError as exc:
+            _log_source_error(self._state.sources.get(SOURCE_CRI), SOURCE_CRI, exc)
+            return exc
+
+    async def _read_host_safely(self) -> HostSnapshot | Exception:
+        try:
+            return await asyncio.to_thread(self._read_host)
+        except OSError as exc:
+            _log_source_error(self._state.sources.get(SOURCE_HOST), SOURCE_HOST, exc)
+            return exc
+
+    async def _read_kubelet(self) -> KubeletSnapshot | Exception:
+        try:
+            snapshot = await self._kubelet.read()
+        except OSError as exc:
+            _log_source_error(self._state.sources.get(SOURCE_KUBELET), SOURCE_KUBELET, exc)
+            return exc
+        if not snapshot.healthy and _was_up(self._state.sources.get(SOURCE_KUBELET)):
+            log.warning("kubelet healthz failing", extra={"error": snapshot.error})
+        return snapshot
+
+
+def _source(previous: SourceState | None, result: object, now: float) -> SourceState:
+    last = previous.last_success if previous else None
+    if isinstance(result, Exception):
+        return SourceState(up=False, last_success=last, error=str(result))
+    if isinstance(result, KubeletSnapshot) and not result.healthy:
+        return SourceState(up=False, last_success=last, error=result.error or "healthz failed")
+    if previous is not None and not previous.up:
+        log.info("source recovered", extra={"source": _name_of(result)})
+    return SourceState(up=True, last_success=now)
+
+
+def _name_of(result: object) -> str:
+    if isinstance(result, RuntimeSnapshot):
+        return SOURCE_CRI
+    if isinstance(result, HostSnapshot):
+        return SOURCE_HOST
+    return SOURCE_KUBELET
+
+
+def _was_up(previous: SourceState | None) -> bool:
+    return previous is None or previous.up
+
+
+def _log_source_error(previous: SourceState | None, source: str, exc: Exception) -> None:
+    # Log the transition to down loudly, repeats quietly: a dead runtime must not flood logs.
+    level = logging.WARNING if _was_up(previous) else logging.DEBUG
+    log.log(level, "source read failed", extra={"source": source, "error": str(exc)})

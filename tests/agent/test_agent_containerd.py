@@ -1,0 +1,212 @@
+"""The agent end to end on a real containerd: what /metrics shows, and how it survives the runtime.
+
+Each test starts its own private containerd (see tests/support/containerd.py) and the agent's real
+aiohttp application; nothing is faked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from aiohttp import ClientTimeout
+from aiohttp.test_utils import TestClient
+from prometheus_client import CollectorRegistry
+
+from exporter.agent.app import make_app
+from exporter.settings import AgentSettings
+from exporter.sim.containerd import LocalContainerd
+from exporter.sim.runtime_pods import run_mixed_pod
+from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
+from tests.metrics.exposition import labels, series
+from tests.metrics.promtool import check_metrics
+
+pytestmark = pytest.mark.containerd
+
+SYNC_PERIOD = 0.2
+CRI_TIMEOUT = 0.5
+
+Scrape = Callable[[], Awaitable[str]]
+
+
+def _settings(containerd: LocalContainerd, kubelet_root: Path, closed_port: int) -> AgentSettings:
+    return AgentSettings(
+        cri_endpoint=containerd.endpoint,
+        listen_host="127.0.0.1",
+        listen_port=0,
+        sync_period=SYNC_PERIOD,
+        cri_timeout=CRI_TIMEOUT,
+        kubelet_root_dir=str(kubelet_root),
+        containerd_root=str(containerd.root),
+        kubelet_healthz_url=f"http://127.0.0.1:{closed_port}/healthz",
+        kubelet_timeout=0.5,
+        log_format="text",
+        log_level="info",
+    )
+
+
+@pytest.fixture
+async def agent(
+    containerd: LocalContainerd,
+    tmp_path: Path,
+    unused_tcp_port: int,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+) -> TestClient:
+    app = make_app(_settings(containerd, tmp_path, unused_tcp_port), CollectorRegistry())
+    return await aiohttp_client(app)
+
+
+@pytest.fixture
+def scrape(agent: TestClient) -> Scrape:
+    async def _scrape() -> str:
+        # The scrape must never wait on the runtime: a 1 s client deadline enforces it.
+        response = await agent.get("/metrics", timeout=ClientTimeout(total=1.0))
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=")
+        return await response.text()
+
+    return _scrape
+
+
+async def _until(scrape: Scrape, check: Callable[[str], bool], what: str, wait: float = 20) -> str:
+    deadline = time.monotonic() + wait
+    while True:
+        text = await scrape()
+        if check(text):
+            return text
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last exposition:\n{text}")
+        await asyncio.sleep(SYNC_PERIOD / 2)
+
+
+def _value(text: str, name: str, **kv: str) -> float | None:
+    return series(text, name).get(labels(**kv))
+
+
+def _phases(text: str) -> dict[str, float]:
+    return {
+        dict(key)["phase"]: value
+        for key, value in series(text, "nodesync_pods").items()
+        if dict(key).get("source") == "runtime"
+    }
+
+
+async def test_mixed_pod_phases_states_and_termination_reasons(
+    containerd: LocalContainerd, agent: TestClient, scrape: Scrape
+) -> None:
+    await run_mixed_pod(containerd.endpoint, name="mixed")
+
+    def settled(text: str) -> bool:
+        return _value(text, "nodesync_container_terminations_total", reason="OOMKilled") == 1
+
+    text = await _until(scrape, settled, "the OOM kill to be counted")
+
+    assert _value(text, "nodesync_cri_up") == 1
+    assert _value(text, "nodesync_cri_runtime_condition", condition="RuntimeReady") == 1
+    # One pod: a running, an exit-0, an exit-1 and an OOM-killed container. A non-zero exit
+    # makes the pod Failed (DESIGN's rule), whatever else runs beside it.
+    assert _phases(text) == {
+        "Pending": 0,
+        "Running": 0,
+        "Succeeded": 0,
+        "Failed": 1,
+        "Unknown": 0,
+    }
+    assert _value(text, "nodesync_containers", state="running") == 1
+    assert _value(text, "nodesync_containers", state="exited") == 3
+    assert _value(text, "nodesync_containers", state="created") == 0
+    for reason in ("Completed", "Error", "OOMKilled"):
+        assert _value(text, "nodesync_container_terminations_total", reason=reason) == 1, reason
+    assert _value(text, "nodesync_source_up", source="runtime") == 1
+    assert _value(text, "nodesync_source_up", source="host") == 1
+    assert _value(text, "nodesync_source_up", source="kubelet") == 0  # no kubelet here
+    last_sync = _value(text, "nodesync_last_sync_timestamp_seconds", source="runtime")
+    assert last_sync is not None
+    assert abs(last_sync - time.time()) < 30
+    assert (_value(text, "nodesync_host_memory_available_bytes") or 0) > 0
+    assert (_value(text, "nodesync_host_filesystem_available_bytes", fs="imagefs") or 0) > 0
+    assert series(text, "nodesync_cri_request_duration_seconds_bucket")
+    list_calls = _value(
+        text, "nodesync_cri_request_duration_seconds_count", operation_type="list_containers"
+    )
+    assert list_calls is not None
+    assert list_calls >= 1
+
+
+@pytest.mark.prometheus
+async def test_exposition_passes_promtool_and_matches_the_docs(
+    containerd: LocalContainerd, agent: TestClient, scrape: Scrape
+) -> None:
+    await run_mixed_pod(containerd.endpoint, name="docs")
+    text = await _until(
+        scrape,
+        lambda t: _value(t, "nodesync_container_terminations_total", reason="OOMKilled") == 1,
+        "the mixed pod to settle",
+    )
+    check_metrics(text)
+    documented = documented_metric_names(DOC.read_text(), "Agent")
+    exposed = exposed_metric_names(text)
+    undocumented = exposed - documented
+    assert not undocumented, f"exported but not in docs/metrics.md: {sorted(undocumented)}"
+    # Sparse series (loops, errors) exist only while there is something to report.
+    sparse = {
+        "nodesync_container_oom_loop",
+        "nodesync_container_crash_loop",
+        "nodesync_cri_request_errors_total",
+    }
+    missing = documented - exposed - sparse
+    assert not missing, f"documented but not exported by a real agent: {sorted(missing)}"
+
+
+async def test_frozen_runtime_reports_down_and_unknown_then_recovers(
+    containerd: LocalContainerd, agent: TestClient, scrape: Scrape
+) -> None:
+    await run_mixed_pod(containerd.endpoint, name="frozen")
+    await _until(scrape, lambda t: _phases(t).get("Failed") == 1, "the pod to be seen")
+
+    containerd.freeze()
+    try:
+        text = await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 0, "cri_up 0")
+        assert _phases(text)["Unknown"] == 1
+        assert _phases(text)["Failed"] == 0
+        assert _value(text, "nodesync_source_up", source="runtime") == 0
+        assert _value(text, "nodesync_source_up", source="host") == 1
+        timeouts = series(text, "nodesync_cri_request_errors_total")
+        assert any(
+            dict(k)["grpc_code"] == "DEADLINE_EXCEEDED" and v >= 1 for k, v in timeouts.items()
+        )
+        # Each scrape above had a 1 s deadline while containerd was frozen; one more for the record.
+        started = time.monotonic()
+        await scrape()
+        assert time.monotonic() - started < 1.0
+    finally:
+        containerd.thaw()
+
+    await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 1, "recovery after thaw")
+
+    containerd.restart()
+    text = await _until(
+        scrape,
+        lambda t: _value(t, "nodesync_cri_up") == 1 and _phases(t).get("Failed") == 1,
+        "recovery after a restart",
+    )
+    assert _phases(text)["Unknown"] == 0
+
+
+async def test_stopped_runtime_is_unavailable_and_the_agent_keeps_serving(
+    containerd: LocalContainerd, agent: TestClient, scrape: Scrape
+) -> None:
+    await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 1, "first sync")
+    containerd.stop()
+    text = await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 0, "cri_up 0")
+    errors = series(text, "nodesync_cri_request_errors_total")
+    assert any(dict(k)["grpc_code"] == "UNAVAILABLE" for k in errors)
+    health = await agent.get("/healthz")
+    assert health.status == 200
+    ready = await agent.get("/readyz")
+    assert ready.status == 200
+    containerd.start()
+    await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 1, "recovery after start")
