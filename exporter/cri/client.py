@@ -47,7 +47,11 @@ class RequestObserver(Protocol):
 
 
 class CRIClient:
-    """One long-lived channel to the runtime; safe to keep across runtime restarts."""
+    """One long-lived channel to the runtime; safe to keep across runtime restarts.
+
+    The channel is opened on the first call, so the client may be built before the event
+    loop runs; it is bound to the loop of that first call.
+    """
 
     def __init__(
         self, endpoint: str, timeout: float = 2.0, observer: RequestObserver | None = None
@@ -55,9 +59,9 @@ class CRIClient:
         self._endpoint = endpoint
         self._timeout = timeout
         self._observer = observer
-        self._channel = grpc.aio.insecure_channel(endpoint, options=_CHANNEL_OPTIONS)
-        self._runtime: Any = api_pb2_grpc.RuntimeServiceStub(self._channel)
-        self._images: Any = api_pb2_grpc.ImageServiceStub(self._channel)
+        self._channel: grpc.aio.Channel | None = None
+        self._runtime_stub: Any = None
+        self._image_stub: Any = None
 
     @property
     def endpoint(self) -> str:
@@ -67,8 +71,28 @@ class CRIClient:
     def timeout(self) -> float:
         return self._timeout
 
+    def _connect(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self._endpoint, options=_CHANNEL_OPTIONS)
+            self._runtime_stub = api_pb2_grpc.RuntimeServiceStub(self._channel)
+            self._image_stub = api_pb2_grpc.ImageServiceStub(self._channel)
+        return self._channel
+
+    @property
+    def _runtime(self) -> Any:
+        self._connect()
+        return self._runtime_stub
+
+    @property
+    def _images(self) -> Any:
+        self._connect()
+        return self._image_stub
+
     async def close(self) -> None:
-        await self._channel.close(grace=None)
+        """Close the channel; a later call opens a new one."""
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close(grace=None)
 
     async def __aenter__(self) -> CRIClient:
         return self

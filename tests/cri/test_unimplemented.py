@@ -3,6 +3,7 @@ in-process CRI server (a grpc.aio server on a unix socket using the generated se
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -187,3 +188,16 @@ async def test_socket_without_server_is_runtime_unavailable(short_dir: str) -> N
         await cri.close()
     assert caught.value.code == "UNAVAILABLE"
     assert observer.codes("status") == ["UNAVAILABLE"]
+
+
+def test_client_can_be_built_before_the_event_loop_runs(short_dir: str) -> None:
+    cri = CRIClient(f"unix://{short_dir}/absent.sock", timeout=1.0)
+
+    async def call() -> None:
+        try:
+            await cri.status()
+        finally:
+            await cri.close()
+
+    with pytest.raises(RuntimeUnavailable):
+        asyncio.run(call())
