@@ -7,7 +7,10 @@ overlayfs snapshotter, runc v2 with cgroupfs, and a locally built busybox image 
 
 Pods started through :mod:`exporter.sim.runtime_pods` put their cgroups under
 ``LocalContainerd.cgroup_root``; :meth:`LocalContainerd.cleanup` removes every trace: pods,
-containerd itself, leftover shims and container processes, mounts, cgroups and directories.
+containerd itself, leftover shims and container processes, mounts, cgroups, directories and
+the shim sockets containerd always puts under /run/containerd/s (that shared directory stays).
+
+Needs root, and the binaries containerd, containerd-shim-runc-v2, runc, ctr and a static busybox.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ BUSYBOX_APPLETS = (
 )  # fmt: skip
 
 _CGROUP_FS = Path("/sys/fs/cgroup")
-_SHIM_SOCKET_DIR = Path("/run/containerd/s")
 _MNT_DETACH = 2
 _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 10.0
@@ -559,9 +561,8 @@ class LocalContainerd:
         for sock in self._shim_sockets:
             with contextlib.suppress(OSError):
                 os.unlink(sock)
-        self._shim_sockets.clear()
-        with contextlib.suppress(OSError):
-            _SHIM_SOCKET_DIR.rmdir()  # only succeeds if empty
+        # /run/containerd/s itself stays: shims of any containerd on the host share it, and
+        # removing it could race with another instance starting a shim.
         shutil.rmtree(self._dir, ignore_errors=True)
         self._dir = None
 
@@ -572,6 +573,11 @@ class LocalContainerd:
         found = []
         if self._last_dir.exists():
             found.append(f"directory {self._last_dir}")
+            if self._dir is not None:
+                self._remember_shim_sockets()
+        found.extend(
+            f"shim socket {sock}" for sock in sorted(self._shim_sockets) if os.path.exists(sock)
+        )
         found.extend(f"mount {point}" for point in _mounts_under(self._last_dir))
         found.extend(f"cgroup {path}" for path in self._cgroup_dirs())
         found.extend(f"shim pid {pid}" for pid in self._own_shim_pids() if _pid_alive(pid))
