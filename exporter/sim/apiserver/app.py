@@ -42,7 +42,7 @@ from exporter.sim.apiserver.watch import WatchHub
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+PUBLIC_PATHS = frozenset({"/version", "/version/", "/healthz", "/livez", "/readyz"})
 
 
 @dataclass(slots=True)
@@ -155,6 +155,10 @@ async def _api(request: web.Request) -> web.StreamResponse:
 
 async def _version(request: web.Request) -> web.Response:
     return json_response(dumps(VERSION_INFO))
+
+
+async def _not_found(request: web.Request) -> web.Response:
+    raise errors.not_found_path()
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -286,6 +290,7 @@ def create_app(
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_drop_watches)
     app.router.add_get("/version", _version)
+    app.router.add_get("/version/", _version)
     for path in ("/healthz", "/livez", "/readyz"):
         app.router.add_get(path, _healthz)
     app.router.add_get("/_sim/faults", _get_faults)
@@ -295,4 +300,5 @@ def create_app(
     for prefix in ("/api", "/apis"):
         app.router.add_route("*", prefix, _api)
         app.router.add_route("*", prefix + "/{tail:.*}", _api)
+    app.router.add_route("*", "/{tail:.*}", _not_found)
     return app
