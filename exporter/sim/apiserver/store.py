@@ -475,7 +475,14 @@ class Store:
             return self._commit(rt, key, "ADDED", obj, None)
 
     def _default(self, rt: ResourceType, obj: JSONObject) -> None:
-        """The few defaults the real server fills in that clients look at."""
+        """The few defaults the real server fills in that clients look at.
+
+        Go structs that are not pointers always serialize: spec and status are `{}` when empty.
+        """
+        if rt.plural != "events":
+            obj.setdefault("spec", {})
+        if rt.has_status:
+            obj.setdefault("status", {})
         if rt is NAMESPACES:
             labels = obj["metadata"].setdefault("labels", {})
             labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]

@@ -19,7 +19,8 @@ def test_discovery_and_version(api_client: client.ApiClient) -> None:
     assert {"coordination.k8s.io", "policy"} <= names
     core = client.CoreV1Api(api_client).get_api_resources()
     by_name = {r.name: r for r in core.resources}
-    assert by_name["pods"].namespaced and not by_name["nodes"].namespaced
+    assert by_name["pods"].namespaced
+    assert not by_name["nodes"].namespaced
     assert "pods/eviction" in by_name
 
 
@@ -49,7 +50,8 @@ def test_resource_versions_are_one_global_counter(
     )
     b = core.create_node(node("b"))
     rvs = [int(o.metadata.resource_version) for o in (a, lease, b)]
-    assert rvs == sorted(rvs) and len(set(rvs)) == 3
+    assert rvs == sorted(rvs)
+    assert len(set(rvs)) == 3
 
 
 def test_pod_create_resets_status_and_sets_generation(core: client.CoreV1Api) -> None:
@@ -66,8 +68,10 @@ def test_create_twice_is_already_exists(core: client.CoreV1Api) -> None:
     with pytest.raises(ConflictException) as info:
         core.create_node(node("n1"))
     status = json.loads(info.value.body)
-    assert status["kind"] == "Status" and status["status"] == "Failure"
-    assert status["reason"] == "AlreadyExists" and status["code"] == 409
+    assert status["kind"] == "Status"
+    assert status["status"] == "Failure"
+    assert status["reason"] == "AlreadyExists"
+    assert status["code"] == 409
     assert status["details"] == {"name": "n1", "kind": "nodes"}
 
 
@@ -96,7 +100,8 @@ def test_missing_name_is_invalid(core: client.CoreV1Api) -> None:
 
 def test_generate_name(core: client.CoreV1Api) -> None:
     created = core.create_node(client.V1Node(metadata=client.V1ObjectMeta(generate_name="w-")))
-    assert created.metadata.name.startswith("w-") and len(created.metadata.name) == 7
+    assert created.metadata.name.startswith("w-")
+    assert len(created.metadata.name) == 7
 
 
 def test_replace_with_stale_resource_version_conflicts(core: client.CoreV1Api) -> None:

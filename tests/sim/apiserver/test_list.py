@@ -89,7 +89,8 @@ def test_namespaced_list_and_list_kind(
     assert sorted(names(core.list_namespaced_pod("team"))) == ["job-1"]
     raw = core.list_namespaced_pod("default", _preload_content=False)
     body = json.loads(raw.data)
-    assert body["kind"] == "PodList" and body["apiVersion"] == "v1"
+    assert body["kind"] == "PodList"
+    assert body["apiVersion"] == "v1"
     assert int(body["metadata"]["resourceVersion"]) > 0
     assert "kind" not in body["items"][0]  # list items carry no kind, as on a real server
 
@@ -132,7 +133,8 @@ def test_exact_resource_version_list(core: client.CoreV1Api, server: ThreadedAPI
     at = core.list_node().metadata.resource_version
     core.create_node(node("b"))
     old = core.list_node(resource_version=at, resource_version_match="Exact")
-    assert names(old) == ["a"] and old.metadata.resource_version == at
+    assert names(old) == ["a"]
+    assert old.metadata.resource_version == at
     assert names(core.list_node(resource_version="0")) == ["a", "b"]
     server.compact()
     with pytest.raises(ApiException) as info:

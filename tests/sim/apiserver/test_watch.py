@@ -32,7 +32,8 @@ def test_watch_from_a_version_delivers_every_later_change(core: client.CoreV1Api
     assert [e["type"] for e in events] == ["ADDED", "MODIFIED", "DELETED"]
     assert events[1]["object"].spec.unschedulable is True
     rvs = [int(e["raw_object"]["metadata"]["resourceVersion"]) for e in events]
-    assert rvs == sorted(rvs) and rvs[0] > int(rv)
+    assert rvs == sorted(rvs)
+    assert rvs[0] > int(rv)
 
 
 def test_watch_without_version_starts_with_current_objects(core: client.CoreV1Api) -> None:
@@ -60,7 +61,8 @@ def test_watch_sees_writes_made_while_it_is_open(
     finally:
         resp.close()
     event = json.loads(line)
-    assert event["type"] == "ADDED" and event["object"]["metadata"]["name"] == "late"
+    assert event["type"] == "ADDED"
+    assert event["object"]["metadata"]["name"] == "late"
     assert event["object"]["kind"] == "Node"
 
 
@@ -103,7 +105,8 @@ def test_compacted_version_gets_410_then_relist_works(
     assert len(lines) == 1
     error = json.loads(lines[0])
     assert error["type"] == "ERROR"
-    assert error["object"]["code"] == 410 and error["object"]["reason"] == "Expired"
+    assert error["object"]["code"] == 410
+    assert error["object"]["reason"] == "Expired"
     w = watch.Watch()
     with pytest.raises(ApiException) as info:
         list(w.stream(core.list_node, resource_version=old, timeout_seconds=5))
@@ -124,21 +127,21 @@ def test_compacted_version_gets_410_then_relist_works(
 
 
 def test_history_window_expires_old_versions() -> None:
-    with ThreadedAPIServer(history_limit=4) as small:
-        with client.ApiClient(small.configuration()) as api:
-            v1 = client.CoreV1Api(api)
-            old = v1.list_node().metadata.resource_version
-            for i in range(10):
-                v1.create_node(node(f"n{i}"))
-            with pytest.raises(ApiException) as info:
-                list(watch.Watch().stream(v1.list_node, resource_version=old, timeout_seconds=5))
-            assert info.value.status == 410
-            recent = str(small.store.resource_version - 1)
-            w = watch.Watch()
-            events = collect(
-                w.stream(v1.list_node, resource_version=recent, timeout_seconds=5), w, 1
-            )
-            assert events[0]["object"].metadata.name == "n9"
+    with (
+        ThreadedAPIServer(history_limit=4) as small,
+        client.ApiClient(small.configuration()) as api,
+    ):
+        v1 = client.CoreV1Api(api)
+        old = v1.list_node().metadata.resource_version
+        for i in range(10):
+            v1.create_node(node(f"n{i}"))
+        with pytest.raises(ApiException) as info:
+            list(watch.Watch().stream(v1.list_node, resource_version=old, timeout_seconds=5))
+        assert info.value.status == 410
+        recent = str(small.store.resource_version - 1)
+        w = watch.Watch()
+        events = collect(w.stream(v1.list_node, resource_version=recent, timeout_seconds=5), w, 1)
+        assert events[0]["object"].metadata.name == "n9"
 
 
 def test_label_selector_watch_sees_objects_enter_and_leave(core: client.CoreV1Api) -> None:
