@@ -149,6 +149,8 @@ def parse_label_selector(text: str | None) -> LabelSelector:
             if toks[i] != ",":
                 raise bad_request(f"unable to parse requirement: {text!r}: expected ','")
             i += 1
+            if i == len(toks):
+                raise bad_request(f"unable to parse requirement: {text!r}: expected a key")
     return LabelSelector(tuple(reqs))
 
 
