@@ -26,8 +26,7 @@ import secrets
 import string
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -178,11 +177,6 @@ class Store:
         """Where graceful-deletion timers run (the server's loop); None: no timers."""
         with self.lock:
             self._scheduler = scheduler
-
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        with self.lock:
-            yield
 
     # ------------------------------------------------------------------ versions and history
 
