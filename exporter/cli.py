@@ -63,6 +63,19 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
     )
     add.add("--sync-period", default="5s", type=positive_duration, help="agent sync period")
     add_common_flags(add)
+
+    apiserver = sim_commands.add_parser(
+        "apiserver",
+        help="serve a test Kubernetes API server (in memory, plain HTTP, bearer token)",
+        description="Serves an in-memory Kubernetes API server that speaks the REST and watch "
+        "protocol (Nodes, Pods, Leases, Events, Namespaces, PodDisruptionBudgets) for trying "
+        "nodesync out without a cluster. Writes a kubeconfig and prints its path.",
+    )
+    add = FlagAdder(apiserver, environ)
+    from exporter.sim.apiserver import cli as sim_apiserver  # only the sim commands load sim
+
+    sim_apiserver.add_arguments(add)
+    add_common_flags(add)
     return parser
 
 
@@ -78,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.sim.local_node import run_local_node
 
             return asyncio.run(run_local_node(args))
+        if args.command == "sim" and args.sim_command == "apiserver":
+            from exporter.sim.apiserver import cli as sim_apiserver
+
+            return asyncio.run(sim_apiserver.run(args))
     except KeyboardInterrupt:
         return 130
     print(f"unknown command {args.command!r}", file=sys.stderr)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import get_parser
-from exporter.settings import env_name
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 ROW = re.compile(r"^\| `(--[^`]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \|")
@@ -42,15 +41,15 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
     return found
 
 
-def _flags(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """flag → its default as shown in --help."""
+def _flags(parser: argparse.ArgumentParser) -> dict[str, tuple[str, str]]:
+    """flag → (environment variable, default) as shown in --help."""
     flags = {}
     for action in parser._actions:
         long = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
         if long and action.help and "(env " in action.help:
-            default = re.search(r"default '([^']*)'", action.help)
-            assert default, action.help
-            flags[long[0]] = default.group(1)
+            found = re.search(r"\(env ([A-Z0-9_]+), default '([^']*)'\)", action.help)
+            assert found, action.help
+            flags[long[0]] = (found.group(1), found.group(2))
     return flags
 
 
@@ -63,8 +62,9 @@ def test_every_flag_is_documented_with_its_variable_and_default(command: str) ->
     assert command in documented, f"docs/configuration.md has no section for `{command}`"
     flags = _flags(COMMANDS[command])
     assert set(documented[command]) == set(flags)
-    for flag, default in flags.items():
-        assert documented[command][flag] == (env_name(flag), default)
+    for flag, (env, default) in flags.items():
+        assert documented[command][flag] == (env, default), flag
+        assert env.startswith("NODESYNC_")
 
 
 def test_no_section_for_a_command_that_does_not_exist() -> None:

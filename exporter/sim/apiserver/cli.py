@@ -8,57 +8,49 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import secrets
 import signal
 import tempfile
 from pathlib import Path
 
+from exporter.settings import FlagAdder, listen_address, positive_duration
 from exporter.sim.apiserver.server import APIServer
 
 
-def _listen_address(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected host:port, got {value!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+def add_arguments(add: FlagAdder) -> None:
+    add.add(
         "--web.listen-address",
-        dest="listen_address",
-        type=_listen_address,
-        default=("127.0.0.1", 6443),
-        help="host:port to serve the Kubernetes API on (plain HTTP; default 127.0.0.1:6443)",
+        default="127.0.0.1:6443",
+        type=listen_address,
+        help="address serving the Kubernetes API (plain HTTP)",
     )
-    parser.add_argument(
+    add.add(
         "--token",
-        default=os.environ.get("NODESYNC_SIM_TOKEN", ""),
-        help="bearer token clients must send (default: $NODESYNC_SIM_TOKEN or a random one)",
+        default="",
+        help="bearer token clients must send (empty: a random one, printed in the kubeconfig)",
+        env="NODESYNC_SIM_TOKEN",
     )
-    parser.add_argument(
+    add.add(
         "--kubeconfig",
-        type=Path,
-        default=None,
-        help="where to write a kubeconfig for this server (default: a new temporary file)",
+        default="",
+        help="where to write a kubeconfig for this server (empty: a new temporary file)",
     )
-    parser.add_argument(
+    add.add(
         "--bookmark-interval",
-        type=float,
-        default=60.0,
-        help="seconds between watch bookmarks (default 60)",
+        default="60s",
+        type=positive_duration,
+        help="interval between watch bookmarks",
     )
-    parser.add_argument(
+    add.add(
         "--history-limit",
+        default="20000",
         type=int,
-        default=20_000,
-        help="changes kept for watches from older resourceVersions (default 20000)",
+        help="changes kept for watches and lists from older resourceVersions",
     )
 
 
 async def run(args: argparse.Namespace) -> int:
-    host, port = args.listen_address
+    host, port = args.web_listen_address
     server = APIServer(
         host=host,
         port=port,
@@ -66,7 +58,10 @@ async def run(args: argparse.Namespace) -> int:
         history_limit=args.history_limit,
         bookmark_interval=args.bookmark_interval,
     )
-    path: Path = args.kubeconfig or Path(tempfile.mkdtemp(prefix="nodesync-sim-")) / "kubeconfig"
+    if args.kubeconfig:
+        path = Path(args.kubeconfig)
+    else:
+        path = Path(tempfile.mkdtemp(prefix="nodesync-sim-")) / "kubeconfig"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
