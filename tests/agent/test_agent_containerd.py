@@ -17,9 +17,10 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app
+from exporter.model.runtime import ContainerState
 from exporter.settings import AgentSettings
 from exporter.sim.containerd import LocalContainerd
-from exporter.sim.runtime_pods import run_mixed_pod
+from exporter.sim.runtime_pods import MixedPod, restart_container, run_mixed_pod, wait_for_state
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
@@ -210,3 +211,36 @@ async def test_stopped_runtime_is_unavailable_and_the_agent_keeps_serving(
     assert ready.status == 200
     containerd.start()
     await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 1, "recovery after start")
+
+
+async def test_oom_loop_shows_across_recreated_attempts(
+    containerd: LocalContainerd, agent: TestClient, scrape: Scrape
+) -> None:
+    pod = await run_mixed_pod(containerd.endpoint, name="oomy", namespace="loops")
+    await _until(
+        scrape,
+        lambda t: _value(t, "nodesync_container_terminations_total", reason="OOMKilled") == 1,
+        "the first OOM kill",
+    )
+    # kubelet restarts the container: a new attempt that is OOM-killed again. The old attempt
+    # stays listed as exited; the loop must show after the container was recreated.
+    new_id = await restart_container(containerd.endpoint, pod, MixedPod.OOM)
+    await wait_for_state(containerd.endpoint, new_id, ContainerState.EXITED)
+    key = {"namespace": "loops", "pod": "oomy", "container": MixedPod.OOM}
+    text = await _until(
+        scrape,
+        lambda t: _value(t, "nodesync_container_oom_loop", **key) == 2,
+        "the OOM loop series",
+    )
+    assert _value(text, "nodesync_container_terminations_total", reason="OOMKilled") == 2
+    # Two non-zero exits are not yet a crash loop (threshold 3); the third makes one.
+    assert _value(text, "nodesync_container_crash_loop", **key) is None
+    third = await restart_container(containerd.endpoint, pod, MixedPod.OOM)
+    await wait_for_state(containerd.endpoint, third, ContainerState.EXITED)
+    text = await _until(
+        scrape,
+        lambda t: _value(t, "nodesync_container_crash_loop", **key) == 3,
+        "the crash loop series",
+    )
+    # Only the looping container has loop series: sparse, bounded labels.
+    assert set(series(text, "nodesync_container_oom_loop")) == {labels(**key)}
