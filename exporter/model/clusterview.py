@@ -1,0 +1,150 @@
+"""The controller's cluster view: each Node joined with its Lease and its scale-out wave.
+
+Pure: the caller hands in the Nodes and Leases (from the informers' stores), the time, and the
+``WaveTracker`` that keeps wave sizes frozen from one view to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from exporter.model.kube import (
+    LEASE_NAMESPACE,
+    TAINT_CLUSTER_AUTOSCALER,
+    TAINT_NODESYNC,
+    TAINT_NOT_READY,
+    TAINT_UNREACHABLE,
+    TAINT_UNSCHEDULABLE,
+    LeaseInfo,
+    NodeCondition,
+    NodeInfo,
+    Taint,
+)
+from exporter.model.waves import DEFAULT_GAP_SECONDS, Wave, WaveTracker
+
+CONTROL_PLANE_LABELS = (
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+)
+PROTECTED_LABEL = "nodesync.io/protected"
+
+# Taints by which another component says it owns the node's fate (it is draining, deleting or
+# replacing it). nodesync never touches such a node.
+OTHER_REMEDIATOR_TAINTS = frozenset(
+    {
+        # cluster-autoscaler: scale-down of this node is in progress. (Its soft
+        # DeletionCandidateOfClusterAutoscaler taint only marks a candidate and is not listed.)
+        TAINT_CLUSTER_AUTOSCALER,
+        # Karpenter v1, and v1beta1 (v0.32 - v0.37): disruption (drift, consolidation, expiry).
+        "karpenter.sh/disrupted",
+        "karpenter.sh/disruption",
+        # AWS Node Termination Handler, when it taints (spot interruption, maintenance, ASG).
+        "aws-node-termination-handler/spot-itn",
+        "aws-node-termination-handler/scheduled-maintenance",
+        "aws-node-termination-handler/asg-lifecycle-termination",
+        "aws-node-termination-handler/rebalance-recommendation",
+        # GKE: the node is about to be preempted or shut down.
+        "cloud.google.com/impending-node-termination",
+        # Kubernetes non-graceful node shutdown: an operator or a remediator (e.g. medik8s'
+        # self-node-remediation) declared the node out of service.
+        "node.kubernetes.io/out-of-service",
+    }
+)
+
+# The taints the view (and the metrics) keep: the node lifecycle controller's view of the node,
+# cordoning, cluster-autoscaler's, and nodesync's own.
+TAINTS_THAT_MATTER = frozenset(
+    {
+        TAINT_UNREACHABLE,
+        TAINT_NOT_READY,
+        TAINT_UNSCHEDULABLE,
+        TAINT_CLUSTER_AUTOSCALER,
+        TAINT_NODESYNC,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    created_at: float
+    lease_renew_time: float | None  # None when the node has no Lease or it was never renewed
+    conditions: tuple[NodeCondition, ...]
+    unschedulable: bool
+    taints_that_matter: tuple[Taint, ...]  # sorted by key, then effect
+    wave_id: str
+    control_plane: bool  # labelled node-role.kubernetes.io/control-plane or /master
+    protected: bool  # labelled nodesync.io/protected=true
+    owned_by_other_remediator: bool  # carries one of OTHER_REMEDIATOR_TAINTS
+    cordoned_by_nodesync: bool  # carries nodesync's own taint (nodesync.io/rollback)
+
+    def condition(self, type_: str) -> NodeCondition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    built_at: float
+    nodes: tuple[NodeView, ...]  # sorted by name
+    waves: tuple[Wave, ...]  # waves with live nodes, and open ones; by start time
+    _by_name: Mapping[str, NodeView] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {v.name: v for v in self.nodes})
+
+    def node(self, name: str) -> NodeView | None:
+        return self._by_name.get(name)
+
+
+def node_leases(leases: Iterable[LeaseInfo]) -> dict[str, LeaseInfo]:
+    """Node leases (namespace kube-node-lease) by node name; other leases are ignored."""
+    return {lease.name: lease for lease in leases if lease.namespace == LEASE_NAMESPACE}
+
+
+def _view(node: NodeInfo, lease: LeaseInfo | None, wave_id: str) -> NodeView:
+    taint_keys = {t.key for t in node.taints}
+    return NodeView(
+        name=node.name,
+        created_at=node.created_at,
+        lease_renew_time=lease.renew_time if lease is not None else None,
+        conditions=node.conditions,
+        unschedulable=node.unschedulable,
+        taints_that_matter=tuple(
+            sorted(
+                (t for t in node.taints if t.key in TAINTS_THAT_MATTER),
+                key=lambda t: (t.key, t.effect),
+            )
+        ),
+        wave_id=wave_id,
+        control_plane=any(label in node.labels for label in CONTROL_PLANE_LABELS),
+        protected=node.labels.get(PROTECTED_LABEL) == "true",
+        owned_by_other_remediator=not taint_keys.isdisjoint(OTHER_REMEDIATOR_TAINTS),
+        cordoned_by_nodesync=TAINT_NODESYNC in taint_keys,
+    )
+
+
+def build_view(
+    nodes: Iterable[NodeInfo],
+    leases: Iterable[LeaseInfo],
+    *,
+    wave_label: str | None,
+    gap_seconds: float = DEFAULT_GAP_SECONDS,
+    now: float,
+    tracker: WaveTracker | None = None,
+) -> ClusterView:
+    """The view of every node that exists now. Pass the same ``tracker`` to every build so wave
+    sizes stay frozen; without one, waves are judged from these nodes alone."""
+    current = list(nodes)
+    tracker = tracker if tracker is not None else WaveTracker()
+    waves = tracker.snapshot(current, now=now, gap_seconds=gap_seconds, wave_label=wave_label)
+    by_lease = node_leases(leases)
+    views = sorted(
+        (_view(n, by_lease.get(n.name), waves.node_wave[n.name]) for n in current),
+        key=lambda v: v.name,
+    )
+    return ClusterView(
+        built_at=now,
+        nodes=tuple(views),
+        waves=waves.waves,
+    )
