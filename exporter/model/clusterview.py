@@ -72,7 +72,7 @@ class NodeView:
     lease_renew_time: float | None  # None when the node has no Lease or it was never renewed
     conditions: tuple[NodeCondition, ...]
     unschedulable: bool
-    taints_that_matter: tuple[Taint, ...]  # sorted by key, then effect
+    taints_that_matter: tuple[Taint, ...]  # sorted by key, then effect; one per pair
     wave_id: str
     control_plane: bool  # labelled node-role.kubernetes.io/control-plane or /master
     protected: bool  # labelled nodesync.io/protected=true
@@ -102,6 +102,12 @@ def node_leases(leases: Iterable[LeaseInfo]) -> dict[str, LeaseInfo]:
     return {lease.name: lease for lease in leases if lease.namespace == LEASE_NAMESPACE}
 
 
+def _taints_that_matter(taints: Iterable[Taint]) -> tuple[Taint, ...]:
+    """Sorted by key and effect; one per key and effect (the API server rejects duplicates)."""
+    kept = {(t.key, t.effect): t for t in taints if t.key in TAINTS_THAT_MATTER}
+    return tuple(kept[k] for k in sorted(kept))
+
+
 def _view(node: NodeInfo, lease: LeaseInfo | None, wave_id: str) -> NodeView:
     taint_keys = {t.key for t in node.taints}
     return NodeView(
@@ -110,12 +116,7 @@ def _view(node: NodeInfo, lease: LeaseInfo | None, wave_id: str) -> NodeView:
         lease_renew_time=lease.renew_time if lease is not None else None,
         conditions=node.conditions,
         unschedulable=node.unschedulable,
-        taints_that_matter=tuple(
-            sorted(
-                (t for t in node.taints if t.key in TAINTS_THAT_MATTER),
-                key=lambda t: (t.key, t.effect),
-            )
-        ),
+        taints_that_matter=_taints_that_matter(node.taints),
         wave_id=wave_id,
         control_plane=any(label in node.labels for label in CONTROL_PLANE_LABELS),
         protected=node.labels.get(PROTECTED_LABEL) == "true",

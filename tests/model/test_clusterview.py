@@ -154,6 +154,14 @@ def test_node_flags(n: NodeInfo, flags: tuple[bool, bool, bool, bool]) -> None:
             ),
             id="owners",
         ),
+        pytest.param(
+            (
+                Taint("node.kubernetes.io/not-ready", "NoExecute", "a"),
+                Taint("node.kubernetes.io/not-ready", "NoExecute", "b"),
+            ),
+            (Taint("node.kubernetes.io/not-ready", "NoExecute", "b"),),
+            id="duplicate-key-effect-once",
+        ),
     ],
 )
 def test_taints_that_matter(taints: tuple[Taint, ...], kept: tuple[Taint, ...]) -> None:

@@ -1,0 +1,60 @@
+"""A synthetic cluster with something in every controller series, for rendering all controller
+families at once (docs check, promtool)."""
+
+from __future__ import annotations
+
+from exporter.controller.exposition import SOURCE_APISERVER, controller_families
+from exporter.metrics.selfmetrics import SourceStatus, build_info_family
+from exporter.model.clusterview import ClusterView, build_view
+from exporter.model.kube import NodeCondition, Taint
+from tests.controller.builders import T0, lease, node
+from tests.metrics.exposition import render
+
+WAVE_LABEL = "example.com/scale-out"
+
+
+def rich_view() -> ClusterView:
+    conditions = (
+        NodeCondition("Ready", "False", "KubeletNotReady", last_transition=T0 + 40),
+        NodeCondition("MemoryPressure", "False", last_transition=T0 + 10),
+        NodeCondition("DiskPressure", "True", last_transition=T0 + 20),
+        NodeCondition("PIDPressure", "Unknown", last_transition=T0 + 30),
+        NodeCondition("NetworkUnavailable", "False", last_transition=T0 + 5),
+    )
+    nodes = [
+        node(
+            "cp-1",
+            T0 - 86_400,
+            labels={"node-role.kubernetes.io/control-plane": "", "nodesync.io/protected": "true"},
+            conditions=(NodeCondition("Ready", "True", last_transition=T0 - 86_000),),
+        ),
+        node(
+            "worker-1",
+            T0,
+            unschedulable=True,
+            conditions=conditions,
+            taints=(
+                Taint("node.kubernetes.io/not-ready", "NoExecute"),
+                Taint("node.kubernetes.io/unschedulable", "NoSchedule"),
+                Taint("nodesync.io/rollback", "NoSchedule"),
+            ),
+        ),
+        node(
+            "worker-2",
+            T0 + 30,
+            taints=(Taint("ToBeDeletedByClusterAutoscaler", "NoSchedule", "1796000600"),),
+        ),
+        node("batch-1", T0 + 50, labels={WAVE_LABEL: "batch-7"}),
+    ]
+    leases = [lease("cp-1", T0 + 55), lease("worker-1", T0 + 20), lease("worker-2", T0 + 58)]
+    return build_view(nodes, leases, wave_label=WAVE_LABEL, gap_seconds=120, now=T0 + 60)
+
+
+def rich_controller_exposition() -> str:
+    return render(
+        controller_families(
+            rich_view(),
+            {SOURCE_APISERVER: SourceStatus(up=True, last_success_timestamp=T0 + 59)},
+            build_info_family("0.0.0-test"),
+        )
+    )
