@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from exporter.metrics.apiview import apiview_families, pods_family
+from exporter.metrics.runtime import runtime_families
+from exporter.model.apiview import PodProblem
+from exporter.model.phase import PodPhase
+from tests.metrics.exposition import labels, render, samples, series
+from tests.metrics.promtool import check_metrics
+
+PROBLEMS = [
+    PodProblem("pending", "u1", "default", "slow", since=1_700_000_000.0),
+    PodProblem("waiting", "u2", "batch", "hog", container="hog", reason="CrashLoopBackOff"),
+    PodProblem(
+        "last_terminated",
+        "u2",
+        "batch",
+        "hog",
+        container="hog",
+        reason="OOMKilled",
+        restart_count=7,
+    ),
+    PodProblem("waiting", "u1", "default", "slow", container="app", reason="ImagePullBackOff"),
+]
+RUNTIME = {PodPhase.RUNNING: 3, PodPhase.UNKNOWN: 1}
+API = {"Running": 2, "Pending": 2, "Succeeded": 0, "Failed": 0, "Unknown": 0}
+
+
+def phases(source: str, values: Mapping[str, float]) -> dict[frozenset[tuple[str, str]], float]:
+    return {labels(phase=p.value, source=source): float(values.get(p.value, 0)) for p in PodPhase}
+
+
+@pytest.mark.parametrize(
+    ("runtime", "api", "expected"),
+    [
+        pytest.param(
+            RUNTIME,
+            API,
+            phases("runtime", {"Running": 3, "Unknown": 1}) | phases("apiserver", API),
+            id="both-sources",
+        ),
+        pytest.param(
+            RUNTIME, None, phases("runtime", {"Running": 3, "Unknown": 1}), id="api-unavailable"
+        ),
+        pytest.param(None, {"Failed": 1}, phases("apiserver", {"Failed": 1}), id="api-only"),
+        pytest.param(None, None, {}, id="neither"),
+    ],
+)
+def test_pods_family_holds_both_sources(
+    runtime: Mapping[PodPhase, int] | None,
+    api: Mapping[str, int] | None,
+    expected: dict[frozenset[tuple[str, str]], float],
+) -> None:
+    assert series(render([pods_family(runtime, api)]), "nodesync_pods") == expected
+
+
+def test_pods_family_matches_the_runtime_family_it_replaces() -> None:
+    """Same name, help and runtime samples as the family exporter.metrics.runtime emits today,
+    so swapping one for the other changes nothing for the runtime source."""
+    old = next(f for f in runtime_families(None, RUNTIME, {}, []) if f.name == "nodesync_pods")
+    new = pods_family(RUNTIME, None)
+    assert (new.name, new.documentation, new.type) == (old.name, old.documentation, old.type)
+    assert new.samples == old.samples
+
+
+def test_problems_become_sparse_series() -> None:
+    text = render(apiview_families(PROBLEMS))
+    assert series(text, "nodesync_pod_pending_since_timestamp_seconds") == {
+        labels(namespace="default", pod="slow"): 1_700_000_000.0
+    }
+    assert series(text, "nodesync_pod_container_waiting") == {
+        labels(namespace="batch", pod="hog", container="hog", reason="CrashLoopBackOff"): 1.0,
+        labels(namespace="default", pod="slow", container="app", reason="ImagePullBackOff"): 1.0,
+    }
+    assert series(text, "nodesync_pod_container_last_terminated") == {
+        labels(namespace="batch", pod="hog", container="hog", reason="OOMKilled"): 7.0
+    }
+
+
+def test_no_problems_no_series() -> None:
+    assert samples(render(apiview_families([]))) == {}
+
+
+def test_api_unavailable_no_families() -> None:
+    assert apiview_families(None) == []
+
+
+@pytest.mark.prometheus
+def test_promtool_accepts() -> None:
+    check_metrics(render([pods_family(RUNTIME, API), *apiview_families(PROBLEMS)]))
