@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter.metrics.apiview import apiview_families
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
+from exporter.metrics.drift import drift_families
 from exporter.metrics.host import host_families
 from exporter.metrics.kubelet import kubelet_families
 from exporter.metrics.runtime import runtime_families
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family, self_families
+from exporter.model.apiview import pod_problems
+from exporter.model.drift import compute_drift
 from exporter.model.host import FilesystemStat, HostSnapshot, KubeletSnapshot
+from exporter.model.kube import ContainerStatusInfo, PodInfo
 from exporter.model.phase import phase_counts
 from exporter.model.pressure import pressure
 from exporter.model.runtime import (
@@ -98,6 +105,44 @@ def rich_kubelet() -> KubeletSnapshot:
     )
 
 
+def rich_api_pods() -> list[PodInfo]:
+    """The API server's pods for the node of :func:`rich_runtime`: a crash-looping pod, a pod
+    Pending for minutes, a finished job, and a pod the runtime has no sandbox for."""
+
+    def api_pod(uid: str, name: str, phase: str, **kw: Any) -> PodInfo:
+        fields: dict[str, Any] = {"namespace": "default", "created_at": NOW - 600} | kw
+        return PodInfo(uid=uid, name=name, node_name="node-1", phase=phase, **fields)
+
+    return [
+        api_pod("u-run", "web", "Running"),
+        api_pod(
+            "u-oom",
+            "hog",
+            "Running",
+            namespace="batch",
+            containers=(
+                ContainerStatusInfo(
+                    "hog",
+                    "waiting",
+                    restart_count=3,
+                    waiting_reason="CrashLoopBackOff",
+                    last_terminated_reason="OOMKilled",
+                    last_terminated_exit_code=137,
+                ),
+            ),
+        ),
+        api_pod(
+            "u-wait",
+            "slow",
+            "Pending",
+            scheduled_at=NOW - 300,
+            containers=(ContainerStatusInfo("app", "waiting", waiting_reason="ImagePullBackOff"),),
+        ),
+        api_pod("u-done", "job", "Succeeded"),
+        api_pod("u-gone", "ghost", "Running"),
+    ]
+
+
 def rich_agent_exposition() -> str:
     """Every agent family from this module's snapshots, instruments included, as one scrape."""
     snap = rich_runtime()
@@ -108,6 +153,16 @@ def rich_agent_exposition() -> str:
         *runtime_families(snap, phase_counts(snap, ()), tracker.totals(), tracker.loops(NOW)),
         *host_families(host, pressure(host)),
         *kubelet_families(rich_kubelet()),
+        *apiview_families(pod_problems(rich_api_pods(), NOW)),
+        *drift_families(
+            compute_drift(
+                rich_api_pods(),
+                snap,
+                rich_kubelet().pod_uids | {"u-stray"},
+                NOW,
+                first_seen={"u-stray": NOW - 3600},
+            )
+        ),
         *self_families(
             {
                 "runtime": SourceStatus(up=True, last_success_timestamp=NOW),
