@@ -208,7 +208,16 @@ def compute_drift(
             items.append(DriftItem(DriftKind.KUBELET_ONLY, uid, "", "", since))
 
     order = list(DriftKind)
-    items.sort(key=lambda i: (order.index(i.kind), i.namespace, i.name, i.pod_uid, i.sandbox_id))
+    items.sort(
+        key=lambda i: (
+            order.index(i.kind),
+            i.namespace,
+            i.name,
+            i.pod_uid,
+            i.sandbox_id,
+            i.container_id,
+        )
+    )
     return Drift(computed_at=now, grace_seconds=grace_seconds, items=tuple(items))
 
 
