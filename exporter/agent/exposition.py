@@ -7,13 +7,15 @@ from prometheus_client.metrics_core import Metric
 from exporter.agent.state import AgentState
 from exporter.metrics.host import host_families
 from exporter.metrics.kubelet import kubelet_families
+from exporter.metrics.pods import pods_family
 from exporter.metrics.runtime import runtime_families
 from exporter.metrics.selfmetrics import SourceStatus, self_families
 
 
 def agent_families(state: AgentState) -> list[Metric]:
     families: list[Metric] = []
-    families += runtime_families(state.runtime, state.phases, state.terminations, state.loops)
+    families.append(pods_family(state.phases, None))
+    families += runtime_families(state.runtime, state.terminations, state.loops)
     families += host_families(state.host, state.pressure)
     families += kubelet_families(state.kubelet)
     families += self_families(

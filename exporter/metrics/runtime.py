@@ -6,39 +6,27 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.model.phase import PodPhase
 from exporter.model.runtime import ContainerState, RuntimeSnapshot, SandboxState
 from exporter.model.terminations import REASONS, LoopState
 
 
 def runtime_families(
     snapshot: RuntimeSnapshot | None,
-    phases: Mapping[PodPhase, int],
     terminations: Mapping[str, int],
     loops: Sequence[LoopState],
 ) -> list[Metric]:
     """Families for one scrape. ``snapshot`` is None when the runtime could not be asked: then
-    only ``nodesync_cri_up`` (0), the pod phases (from ``phases``), the termination counters and
-    the loops are exported; everything read from the runtime itself is absent."""
+    only ``nodesync_cri_up`` (0), the termination counters and the loops are exported;
+    everything read from the runtime itself is absent. Pod phases are in
+    :mod:`exporter.metrics.pods`, shared with the API server's view."""
     up = GaugeMetricFamily(
         "nodesync_cri_up", "1 if the last sync could read the container runtime over CRI, else 0."
     )
     up.add_metric([], 1.0 if snapshot is not None else 0.0)
-    families: list[Metric] = [up, _pods(phases), _terminations(terminations), *_loops(loops)]
+    families: list[Metric] = [up, _terminations(terminations), *_loops(loops)]
     if snapshot is not None:
         families.extend(_snapshot_families(snapshot))
     return families
-
-
-def _pods(phases: Mapping[PodPhase, int]) -> Metric:
-    family = GaugeMetricFamily(
-        "nodesync_pods",
-        "Pods on this node per phase, as derived from the given source.",
-        labels=["phase", "source"],
-    )
-    for phase in PodPhase:
-        family.add_metric([phase.value, "runtime"], float(phases.get(phase, 0)))
-    return family
 
 
 def _terminations(terminations: Mapping[str, int]) -> Metric:

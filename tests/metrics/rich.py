@@ -12,9 +12,10 @@ from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.drift import drift_families
 from exporter.metrics.host import host_families
 from exporter.metrics.kubelet import kubelet_families
+from exporter.metrics.pods import pods_family
 from exporter.metrics.runtime import runtime_families
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family, self_families
-from exporter.model.apiview import pod_problems
+from exporter.model.apiview import api_phase_counts, pod_problems
 from exporter.model.drift import compute_drift
 from exporter.model.host import FilesystemStat, HostSnapshot, KubeletSnapshot
 from exporter.model.kube import ContainerStatusInfo, PodInfo
@@ -150,7 +151,8 @@ def rich_agent_exposition() -> str:
     tracker.observe(snap.containers, NOW)
     host = rich_host()
     families = [
-        *runtime_families(snap, phase_counts(snap, ()), tracker.totals(), tracker.loops(NOW)),
+        *runtime_families(snap, tracker.totals(), tracker.loops(NOW)),
+        pods_family(phase_counts(snap, ()), api_phase_counts(rich_api_pods())),
         *host_families(host, pressure(host)),
         *kubelet_families(rich_kubelet()),
         *apiview_families(pod_problems(rich_api_pods(), NOW)),

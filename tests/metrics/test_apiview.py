@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
 
-from exporter.metrics.apiview import apiview_families, pods_family
-from exporter.metrics.runtime import runtime_families
+from exporter.metrics.apiview import apiview_families
+from exporter.metrics.pods import pods_family
 from exporter.model.apiview import PodProblem
 from exporter.model.phase import PodPhase
 from tests.metrics.exposition import labels, render, samples, series
@@ -27,43 +25,6 @@ PROBLEMS = [
 ]
 RUNTIME = {PodPhase.RUNNING: 3, PodPhase.UNKNOWN: 1}
 API = {"Running": 2, "Pending": 2, "Succeeded": 0, "Failed": 0, "Unknown": 0}
-
-
-def phases(source: str, values: Mapping[str, float]) -> dict[frozenset[tuple[str, str]], float]:
-    return {labels(phase=p.value, source=source): float(values.get(p.value, 0)) for p in PodPhase}
-
-
-@pytest.mark.parametrize(
-    ("runtime", "api", "expected"),
-    [
-        pytest.param(
-            RUNTIME,
-            API,
-            phases("runtime", {"Running": 3, "Unknown": 1}) | phases("apiserver", API),
-            id="both-sources",
-        ),
-        pytest.param(
-            RUNTIME, None, phases("runtime", {"Running": 3, "Unknown": 1}), id="api-unavailable"
-        ),
-        pytest.param(None, {"Failed": 1}, phases("apiserver", {"Failed": 1}), id="api-only"),
-        pytest.param(None, None, {}, id="neither"),
-    ],
-)
-def test_pods_family_holds_both_sources(
-    runtime: Mapping[PodPhase, int] | None,
-    api: Mapping[str, int] | None,
-    expected: dict[frozenset[tuple[str, str]], float],
-) -> None:
-    assert series(render([pods_family(runtime, api)]), "nodesync_pods") == expected
-
-
-def test_pods_family_matches_the_runtime_family_it_replaces() -> None:
-    """Same name, help and runtime samples as the family exporter.metrics.runtime emits today,
-    so swapping one for the other changes nothing for the runtime source."""
-    old = next(f for f in runtime_families(None, RUNTIME, {}, []) if f.name == "nodesync_pods")
-    new = pods_family(RUNTIME, None)
-    assert (new.name, new.documentation, new.type) == (old.name, old.documentation, old.type)
-    assert new.samples == old.samples
 
 
 def test_problems_become_sparse_series() -> None:

@@ -5,7 +5,6 @@ from collections.abc import Callable
 import pytest
 
 from exporter.metrics.runtime import runtime_families
-from exporter.model.phase import PodPhase, phase_counts
 from exporter.model.runtime import RuntimeSnapshot
 from exporter.model.terminations import REASONS, LoopState
 from tests.metrics.exposition import labels, render, samples, series
@@ -20,7 +19,6 @@ def up_exposition() -> str:
     return render(
         runtime_families(
             snap,
-            phase_counts(snap, ()),
             {"OOMKilled": 2, "Error": 1, "Completed": 1},
             [
                 LoopState("batch", "hog", "hog", "oom_loop", 2, 1.0),
@@ -34,7 +32,6 @@ def down_exposition() -> str:
     return render(
         runtime_families(
             None,
-            phase_counts(None, ["u1", "u2"]),
             {"Error": 4},
             [LoopState("ns", "p", "c", "crash_loop", 5, 1.0)],
         )
@@ -72,17 +69,6 @@ def test_up_exports_everything_read_from_the_runtime() -> None:
     }
 
 
-def test_pods_have_every_phase_and_the_runtime_source() -> None:
-    text = up_exposition()
-    assert series(text, "nodesync_pods") == {
-        labels(phase="Pending", source="runtime"): 2.0,
-        labels(phase="Running", source="runtime"): 1.0,
-        labels(phase="Succeeded", source="runtime"): 1.0,
-        labels(phase="Failed", source="runtime"): 0.0,
-        labels(phase="Unknown", source="runtime"): 1.0,
-    }
-
-
 def test_terminations_counter_has_every_reason() -> None:
     text = up_exposition()
     assert series(text, "nodesync_container_terminations_total") == {
@@ -99,7 +85,7 @@ def test_loops_are_sparse_series_valued_by_terminations() -> None:
     hog = labels(namespace="batch", pod="hog", container="hog")
     assert series(text, "nodesync_container_oom_loop") == {hog: 2.0}
     assert series(text, "nodesync_container_crash_loop") == {hog: 3.0}
-    quiet = render(runtime_families(rich_runtime(), {}, ALL_ZERO_TERMINATIONS, []))
+    quiet = render(runtime_families(rich_runtime(), ALL_ZERO_TERMINATIONS, []))
     assert series(quiet, "nodesync_container_oom_loop") == {}
     assert series(quiet, "nodesync_container_crash_loop") == {}
 
@@ -108,20 +94,16 @@ def test_down_keeps_only_up_pods_terminations_and_loops() -> None:
     text = down_exposition()
     assert {name for name, _ in samples(text)} == {
         "nodesync_cri_up",
-        "nodesync_pods",
         "nodesync_container_terminations_total",
         "nodesync_container_crash_loop",
     }
     assert series(text, "nodesync_cri_up") == {labels(): 0.0}
-    assert series(text, "nodesync_pods")[labels(phase="Unknown", source="runtime")] == 2.0
     assert series(text, "nodesync_container_terminations_total")[labels(reason="Error")] == 4.0
 
 
 def test_empty_runtime_exports_zero_counts() -> None:
     empty = RuntimeSnapshot(taken_at=1.0, version=None, conditions=(), sandboxes=(), containers=())
-    text = render(runtime_families(empty, phase_counts(empty, ()), {}, []))
-    assert set(series(text, "nodesync_pods").values()) == {0.0}
-    assert len(series(text, "nodesync_pods")) == len(PodPhase)
+    text = render(runtime_families(empty, {}, []))
     assert set(series(text, "nodesync_containers").values()) == {0.0}
     assert series(text, "nodesync_runtime_memory_working_set_bytes") == {labels(): 0.0}
     assert series(text, "nodesync_cri_runtime_info") == {}
