@@ -27,6 +27,9 @@ def combined_status(statuses: Iterable[SourceStatus]) -> SourceStatus:
 
 
 def controller_families(
-    view: ClusterView, sources: Mapping[str, SourceStatus], build_info: Metric
+    view: ClusterView | None, sources: Mapping[str, SourceStatus], build_info: Metric
 ) -> list[Metric]:
-    return [build_info, *node_families(view), *self_families(sources)]
+    """``view`` is None until Nodes and Leases were both listed once: an empty or half-built
+    view would read as "no nodes" or "no leases", so the node and wave series stay absent."""
+    nodes = node_families(view) if view is not None else []
+    return [build_info, *nodes, *self_families(sources)]

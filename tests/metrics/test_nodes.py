@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.controller.exposition import combined_status
+from exporter.controller.exposition import SOURCE_APISERVER, combined_status, controller_families
 from exporter.metrics.nodes import node_families
-from exporter.metrics.selfmetrics import SourceStatus
+from exporter.metrics.selfmetrics import SourceStatus, build_info_family
 from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.kube import LeaseInfo, NodeCondition, NodeInfo, Taint
 from tests.controller.builders import T0, lease, node
 from tests.controller.rich import rich_controller_exposition, rich_view
-from tests.metrics.exposition import labels, render, series
+from tests.metrics.exposition import labels, render, samples, series
 from tests.metrics.promtool import check_metrics
 
 ID0 = "2026-11-30T01:02:03Z"
@@ -221,6 +221,16 @@ def test_empty_cluster_has_only_the_total() -> None:
 def test_rich_view_fills_every_family() -> None:
     """The rich view (used by the docs and promtool checks) leaves no family empty."""
     assert all(family.samples for family in node_families(rich_view()))
+
+
+def test_before_the_first_list_only_status_and_build_info() -> None:
+    text = render(
+        controller_families(
+            None, {SOURCE_APISERVER: SourceStatus(False, None)}, build_info_family("1.2.3")
+        )
+    )
+    assert {name for (name, _) in samples(text)} == {"nodesync_build_info", "nodesync_source_up"}
+    assert series(text, "nodesync_source_up") == {labels(source="apiserver"): 0.0}
 
 
 @pytest.mark.parametrize(
