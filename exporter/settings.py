@@ -119,6 +119,10 @@ class AgentSettings:
     kubelet_timeout: float
     log_format: str
     log_level: str
+    node_name: str = ""
+    kubeconfig: str = ""
+    api_initial_jitter: float = 5.0
+    drift_grace_period: float = 60.0
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AgentSettings:
@@ -135,6 +139,10 @@ class AgentSettings:
             kubelet_timeout=args.kubelet_timeout,
             log_format=args.log_format,
             log_level=args.log_level,
+            node_name=args.node_name,
+            kubeconfig=args.kubeconfig,
+            api_initial_jitter=args.api_initial_jitter,
+            drift_grace_period=args.drift_grace_period,
         )
 
     def as_log_fields(self) -> dict[str, Any]:
@@ -185,4 +193,28 @@ def add_agent_flags(add: FlagAdder) -> None:
         default="1s",
         type=positive_duration,
         help="deadline of the kubelet healthz probe",
+    )
+    add.add(
+        "--node-name",
+        default="",
+        env="NODE_NAME",
+        help="this node's name in the API server (from the downward API); empty: no API view",
+    )
+    add.add(
+        "--kubeconfig",
+        default="",
+        env="KUBECONFIG",
+        help="kubeconfig file for the API server; empty: in-cluster service account",
+    )
+    add.add(
+        "--api-initial-jitter",
+        default="5s",
+        type=parse_duration,
+        help="random delay up to this before the first list, so joining nodes spread out",
+    )
+    add.add(
+        "--drift-grace-period",
+        default="60s",
+        type=parse_duration,
+        help="how long a difference between API, runtime and kubelet must last to count as drift",
     )

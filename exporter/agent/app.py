@@ -14,14 +14,18 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
+from exporter.agent.apiview import AgentAPIView
 from exporter.agent.exposition import agent_families
 from exporter.agent.sync import SOURCE_CRI, AgentSync
 from exporter.cri.client import CRIClient
 from exporter.cri.snapshot import RuntimeReader
 from exporter.host.kubelet import KubeletProbe
 from exporter.host.probes import read_host
+from exporter.kube.api import KubeAPI
+from exporter.kube.config import ConfigError, load_configuration
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
+from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.selfmetrics import build_info_family
 from exporter.settings import AgentSettings
 
@@ -32,9 +36,27 @@ REGISTRY = web.AppKey("registry", CollectorRegistry)
 SYNC = web.AppKey("sync", AgentSync)
 
 
+async def _api_view(
+    settings: AgentSettings, registry: CollectorRegistry
+) -> tuple[KubeAPI, AgentAPIView] | tuple[None, None]:
+    """The API side, when it can be configured; the agent works without it (source down)."""
+    if not settings.node_name:
+        log.warning("no --node-name (NODE_NAME): running without the API server's view")
+        return None, None
+    try:
+        configuration = await load_configuration(settings.kubeconfig)
+    except ConfigError as exc:
+        log.warning("running without the API server's view: %s", exc)
+        return None, None
+    api = KubeAPI(configuration, observer=KubeRequestMetrics(registry))
+    view = AgentAPIView(api, settings.node_name, initial_jitter_seconds=settings.api_initial_jitter)
+    return api, view
+
+
 async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     registry = app[REGISTRY]
+    api, view = await _api_view(settings, registry)
     client = CRIClient(
         settings.cri_endpoint, timeout=settings.cri_timeout, observer=CRIRequestMetrics(registry)
     )
@@ -46,19 +68,27 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         kubelet,
         partial(read_host, settings.containerd_root, settings.kubelet_root_dir),
         SyncMetrics(registry),
+        api=view,
+        drift_grace_seconds=settings.drift_grace_period,
     )
     app[SYNC] = sync
     build_info = build_info_family(__version__)
     registry.register(SnapshotCollector(lambda: [build_info, *agent_families(sync.state)]))
-    task = asyncio.create_task(sync.run(settings.sync_period), name="agent-sync")
+    tasks = [asyncio.create_task(sync.run(settings.sync_period), name="agent-sync")]
+    if view is not None:
+        tasks.append(asyncio.create_task(view.run(), name="agent-api-view"))
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await kubelet.close()
         await client.close()
+        if api is not None:
+            await api.close()
 
 
 async def metrics(request: web.Request) -> web.Response:

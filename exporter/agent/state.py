@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from exporter.model.apiview import PodProblem
+from exporter.model.drift import Drift
 from exporter.model.host import HostSnapshot, KubeletSnapshot
 from exporter.model.phase import PodPhase
 from exporter.model.runtime import RuntimeSnapshot
@@ -29,4 +31,9 @@ class AgentState:
     pressure: dict[str, bool] = field(default_factory=dict)
     kubelet: KubeletSnapshot | None = None
     sources: dict[str, SourceState] = field(default_factory=dict)
+    # The API server's view of this node's pods; None while that view is unavailable.
+    api_phases: dict[str, int] | None = None
+    problems: tuple[PodProblem, ...] | None = None
+    # Desired (API) vs runtime vs kubelet; None unless both the API view and the runtime are up.
+    drift: Drift | None = None
     synced: bool = False

@@ -14,7 +14,10 @@ from typing import Protocol
 
 from exporter.agent.state import AgentState, SourceState
 from exporter.cri.errors import CRIError
+from exporter.model.apiview import api_phase_counts, pod_problems
+from exporter.model.drift import DEFAULT_GRACE_SECONDS, Drift, compute_drift, track_first_seen
 from exporter.model.host import HostSnapshot, KubeletSnapshot
+from exporter.model.kube import PodInfo
 from exporter.model.phase import phase_counts, pods_by_uid
 from exporter.model.pressure import pressure
 from exporter.model.runtime import RuntimeSnapshot
@@ -25,6 +28,7 @@ log = logging.getLogger(__name__)
 SOURCE_CRI = "runtime"
 SOURCE_HOST = "host"
 SOURCE_KUBELET = "kubelet"
+SOURCE_APISERVER = "apiserver"
 
 
 class RuntimeSource(Protocol):
@@ -33,6 +37,21 @@ class RuntimeSource(Protocol):
 
 class KubeletSource(Protocol):
     async def read(self) -> KubeletSnapshot: ...
+
+
+class APIView(Protocol):
+    """The API server's view of this node (exporter.agent.apiview.AgentAPIView)."""
+
+    @property
+    def up(self) -> bool: ...
+
+    @property
+    def last_success(self) -> float | None: ...
+
+    @property
+    def error(self) -> str: ...
+
+    def pods(self) -> tuple[PodInfo, ...] | None: ...
 
 
 class DurationObserver(Protocol):
@@ -47,6 +66,8 @@ class AgentSync:
         read_host: Callable[[], HostSnapshot],
         durations: DurationObserver,
         *,
+        api: APIView | None = None,
+        drift_grace_seconds: float = DEFAULT_GRACE_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._runtime = runtime
@@ -54,6 +75,9 @@ class AgentSync:
         self._read_host = read_host
         self._durations = durations
         self._clock = clock
+        self._api = api
+        self._drift_grace = drift_grace_seconds
+        self._pod_dirs_first_seen: dict[str, float] = {}
         self._terminations = TerminationTracker()
         self._known_pod_uids: frozenset[str] = frozenset()
         self._state = AgentState()
@@ -78,12 +102,15 @@ class AgentSync:
             SOURCE_CRI: _source(previous.get(SOURCE_CRI), runtime, now),
             SOURCE_HOST: _source(previous.get(SOURCE_HOST), host, now),
             SOURCE_KUBELET: _source(previous.get(SOURCE_KUBELET), kubelet, now),
+            SOURCE_APISERVER: self._api_source(),
         }
         snapshot = runtime if isinstance(runtime, RuntimeSnapshot) else None
         if snapshot is not None:
             self._known_pod_uids = frozenset(pods_by_uid(snapshot))
             self._terminations.observe(snapshot.containers, now)
         host_snapshot = host if isinstance(host, HostSnapshot) else None
+        kubelet_snapshot = kubelet if isinstance(kubelet, KubeletSnapshot) else None
+        pods = self._api.pods() if self._api is not None else None
         self._state = AgentState(
             runtime=snapshot,
             phases=phase_counts(snapshot, self._known_pod_uids),
@@ -91,14 +118,47 @@ class AgentSync:
             loops=tuple(self._terminations.loops(now)),
             host=host_snapshot,
             pressure=pressure(host_snapshot) if host_snapshot else {},
-            kubelet=kubelet if isinstance(kubelet, KubeletSnapshot) else None,
+            kubelet=kubelet_snapshot,
             sources=sources,
+            api_phases=api_phase_counts(pods) if pods is not None else None,
+            problems=tuple(pod_problems(pods, now)) if pods is not None else None,
+            drift=self._drift(pods, snapshot, kubelet_snapshot, now),
             synced=True,
         )
         self._durations.observe(time.perf_counter() - started)
         self.last_cycle_end = time.monotonic()
         self._synced.set()
         return self._state
+
+    def _api_source(self) -> SourceState:
+        if self._api is None:
+            return SourceState(up=False, last_success=None, error="no API server configured")
+        return SourceState(
+            up=self._api.up, last_success=self._api.last_success, error=self._api.error
+        )
+
+    def _drift(
+        self,
+        pods: tuple[PodInfo, ...] | None,
+        runtime: RuntimeSnapshot | None,
+        kubelet: KubeletSnapshot | None,
+        now: float,
+    ) -> Drift | None:
+        """Drift needs both sides complete: a partial list would make desired pods look
+        orphaned. Pod directories count only while kubelet's root could be read."""
+        dir_uids = kubelet.pod_uids if kubelet is not None and kubelet.pod_dir_readable else None
+        if dir_uids is not None:
+            self._pod_dirs_first_seen = track_first_seen(self._pod_dirs_first_seen, dir_uids, now)
+        if pods is None or runtime is None:
+            return None
+        return compute_drift(
+            pods,
+            runtime,
+            dir_uids or (),
+            now,
+            grace_seconds=self._drift_grace,
+            first_seen=self._pod_dirs_first_seen,
+        )
 
     async def run(self, period: float) -> None:
         """Sync every ``period`` seconds until cancelled; a slow cycle delays, never overlaps."""

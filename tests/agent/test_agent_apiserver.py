@@ -1,0 +1,250 @@
+"""The agent with both sides real: a real containerd and the test API server over HTTP.
+
+Drift compares what the API server wants on this node with what containerd runs and what
+kubelet's pod directories hold; every count must go back to 0 once its cause is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientTimeout
+from aiohttp.test_utils import TestClient
+from prometheus_client import CollectorRegistry
+
+from exporter.agent.app import make_app
+from exporter.settings import AgentSettings
+from exporter.sim.apiserver.server import APIServer
+from exporter.sim.containerd import LocalContainerd
+from exporter.sim.runtime_pods import ContainerSpec, remove_pod, run_pod
+from tests.metrics.exposition import labels, series
+
+pytestmark = pytest.mark.containerd
+
+NODE = "node-a"
+GRACE = 0.5
+Scrape = Callable[[], Awaitable[str]]
+
+
+@dataclass
+class Env:
+    containerd: LocalContainerd
+    api: APIServer
+    kubelet_root: Path
+    client: TestClient
+
+    async def scrape(self) -> str:
+        response = await self.client.get("/metrics", timeout=ClientTimeout(total=1.0))
+        assert response.status == 200
+        return await response.text()
+
+    async def until(self, check: Callable[[str], bool], what: str, wait: float = 20) -> str:
+        deadline = time.monotonic() + wait
+        while True:
+            text = await self.scrape()
+            if check(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; last exposition:\n{text}")
+            await asyncio.sleep(0.1)
+
+
+def _pod(name: str, node: str = NODE) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "busybox"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def _node() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
+
+
+def _create(env: Env, pod: dict[str, Any]) -> str:
+    """Create a pod in the API server; its uid is the server's."""
+    return str(env.api.store.create("pods", pod, namespace="default")["metadata"]["uid"])
+
+
+@pytest.fixture
+async def env(
+    containerd: LocalContainerd,
+    tmp_path: Path,
+    unused_tcp_port: int,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+) -> AsyncIterator[Env]:
+    async with APIServer() as api:
+        api.store.create("nodes", _node())
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        kubelet_root = tmp_path / "kubelet"
+        (kubelet_root / "pods").mkdir(parents=True)
+        settings = AgentSettings(
+            cri_endpoint=containerd.endpoint,
+            listen_host="127.0.0.1",
+            listen_port=0,
+            sync_period=0.2,
+            cri_timeout=0.5,
+            kubelet_root_dir=str(kubelet_root),
+            containerd_root=str(containerd.root),
+            kubelet_healthz_url=f"http://127.0.0.1:{unused_tcp_port}/healthz",
+            kubelet_timeout=0.5,
+            log_format="text",
+            log_level="info",
+            node_name=NODE,
+            kubeconfig=str(kubeconfig),
+            api_initial_jitter=0.0,
+            drift_grace_period=GRACE,
+        )
+        client = await aiohttp_client(make_app(settings, CollectorRegistry()))
+        yield Env(containerd, api, kubelet_root, client)
+
+
+def _drift(text: str) -> dict[str, float]:
+    return {dict(k)["kind"]: v for k, v in series(text, "nodesync_drift_pods").items()}
+
+
+def _api_phase(text: str, phase: str) -> float | None:
+    return series(text, "nodesync_pods").get(labels(phase=phase, source="apiserver"))
+
+
+async def test_drift_kinds_appear_and_go_back_to_zero(env: Env) -> None:
+    endpoint = env.containerd.endpoint
+    sleeper = [ContainerSpec("app", ["/bin/sleep", "inf"])]
+    # A desired pod that runs: no drift.
+    healthy_uid = _create(env, _pod("healthy"))
+    await run_pod(endpoint, "healthy", "default", healthy_uid, sleeper)
+    # A pod deleted in the API whose sandbox stayed in containerd: an orphan sandbox.
+    orphan_uid = str(uuid.uuid4())
+    orphan = await run_pod(endpoint, "gone", "default", orphan_uid, sleeper)
+    # A desired pod without any sandbox: missing.
+    missing_uid = _create(env, _pod("waiting"))
+    # A pod directory kubelet left behind, known to neither side.
+    leftover = env.kubelet_root / "pods" / str(uuid.uuid4())
+    leftover.mkdir()
+    # A pod bound to another node is not this agent's business.
+    _create(env, _pod("elsewhere", "node-b"))
+
+    text = await env.until(
+        lambda t: (
+            _drift(t).get("orphan_sandbox") == 1
+            and _drift(t).get("missing_sandbox") == 1
+            and _drift(t).get("kubelet_only") == 1
+        ),
+        "orphan, missing and kubelet-only drift",
+    )
+    assert _drift(text)["stale_sandbox"] == 0
+    assert _drift(text)["orphan_container"] == 0
+    assert series(text, "nodesync_source_up")[labels(source="apiserver")] == 1
+    assert _api_phase(text, "Running") == 2  # the two pods bound to node-a
+    oldest = series(text, "nodesync_drift_oldest_timestamp_seconds")
+    assert set(oldest) == {
+        labels(kind="orphan_sandbox"),
+        labels(kind="missing_sandbox"),
+        labels(kind="kubelet_only"),
+    }
+    assert all(time.time() - 120 < v <= time.time() for v in oldest.values())
+
+    # Remove each cause: every count goes back to 0, and the timestamps disappear.
+    await remove_pod(endpoint, orphan.sandbox_id)
+    await run_pod(endpoint, "waiting", "default", missing_uid, sleeper)
+    leftover.rmdir()
+    text = await env.until(
+        lambda t: bool(_drift(t)) and set(_drift(t).values()) == {0.0}, "drift back to 0"
+    )
+    assert series(text, "nodesync_drift_oldest_timestamp_seconds") == {}
+
+
+async def test_api_failure_keeps_cri_metrics_and_recovers_without_losing_events(env: Env) -> None:
+    await env.until(
+        lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1,
+        "the API view to sync",
+    )
+    # The API server answers 500 to everything and drops its watches.
+    env.api.faults.fail_next(10_000, 500)
+    env.api.drop_watches()
+    text = await env.until(
+        lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 0,
+        "the API source to go down",
+    )
+    assert series(text, "nodesync_cri_up") == {labels(): 1.0}
+    assert series(text, "nodesync_source_up")[labels(source="runtime")] == 1
+    errors = series(text, "nodesync_kube_request_errors_total")
+    assert any(dict(k)["code"] == "500" for k in errors), errors
+    assert _api_phase(text, "Pending") is None  # no API view: no apiserver samples
+
+    # Meanwhile a pod is bound to the node: the agent must see it after recovery.
+    pod = _pod("late")
+    pod["status"] = {"phase": "Pending"}
+    _create(env, pod)
+    env.api.faults.clear()
+    text = await env.until(
+        lambda t: (
+            series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1
+            and _api_phase(t, "Pending") == 1
+        ),
+        "recovery with the pod created during the outage",
+    )
+
+
+async def test_api_server_stopped_and_restarted(env: Env) -> None:
+    await env.until(
+        lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1,
+        "the API view to sync",
+    )
+    await env.api.stop()
+    text = await env.until(
+        lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 0,
+        "the API source to go down",
+    )
+    assert series(text, "nodesync_cri_up") == {labels(): 1.0}
+    _create(env, _pod("during"))
+    await env.api.start()  # same port, same store
+    await env.until(
+        lambda t: (
+            series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1
+            and _api_phase(t, "Running") == 1
+        ),
+        "recovery after the restart",
+    )
+
+
+async def test_without_api_server_the_agent_reports_the_source_down(
+    containerd: LocalContainerd,
+    tmp_path: Path,
+    unused_tcp_port: int,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+) -> None:
+    settings = AgentSettings(
+        cri_endpoint=containerd.endpoint,
+        listen_host="127.0.0.1",
+        listen_port=0,
+        sync_period=0.2,
+        cri_timeout=0.5,
+        kubelet_root_dir=str(tmp_path),
+        containerd_root=str(containerd.root),
+        kubelet_healthz_url=f"http://127.0.0.1:{unused_tcp_port}/healthz",
+        kubelet_timeout=0.5,
+        log_format="text",
+        log_level="info",
+        node_name=NODE,
+        kubeconfig=str(tmp_path / "missing-kubeconfig"),
+    )
+    client = await aiohttp_client(make_app(settings, CollectorRegistry()))
+    deadline = time.monotonic() + 20
+    while True:
+        text = await (await client.get("/metrics")).text()
+        if series(text, "nodesync_cri_up") == {labels(): 1.0}:
+            break
+        assert time.monotonic() < deadline, text
+        await asyncio.sleep(0.1)
+    assert series(text, "nodesync_source_up")[labels(source="apiserver")] == 0
+    assert series(text, "nodesync_drift_pods") == {}
