@@ -1,0 +1,154 @@
+"""The controller's aiohttp application: /metrics, /healthz, /readyz, with the API client and the
+cluster watch as resources.
+
+Resources start in ``cleanup_ctx`` order: the API client (``KUBE_API``), then the cluster watch
+(``CLUSTER``). Further parts of the controller (the Alertmanager webhook) are installed by
+functions passed as ``extensions``: each gets the application before it starts, adds its routes
+and appends its own cleanup contexts, which run after these two, so ``app[KUBE_API]`` and
+``app[CLUSTER]`` are ready when theirs start, and they stop before these are torn down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from exporter import __version__
+from exporter.controller.cluster import ClusterWatch
+from exporter.controller.exposition import SOURCE_APISERVER, controller_families
+from exporter.controller.settings import ControllerSettings
+from exporter.kube.api import KubeAPI
+from exporter.kube.config import in_cluster_configuration, kubeconfig_configuration
+from exporter.metrics.collector import SnapshotCollector
+from exporter.metrics.kube_requests import KubeRequestMetrics
+from exporter.metrics.selfmetrics import build_info_family
+
+log = logging.getLogger(__name__)
+
+SETTINGS = web.AppKey("settings", ControllerSettings)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+KUBE_API = web.AppKey("kube_api", KubeAPI)
+CLUSTER = web.AppKey("cluster", ClusterWatch)
+KUBE_METRICS = web.AppKey("kube_metrics", KubeRequestMetrics)
+
+Extension = Callable[[web.Application], None]
+
+_GIVEN_API = web.AppKey("given_api", bool)
+
+
+async def connect(
+    settings: ControllerSettings, observer: KubeRequestMetrics | None = None
+) -> KubeAPI:
+    """An API client from ``--kubeconfig``, or from the pod's service account when it is empty."""
+    if settings.kubeconfig:
+        configuration = await kubeconfig_configuration(settings.kubeconfig)
+    else:
+        configuration = in_cluster_configuration()
+    return KubeAPI(configuration, observer=observer)
+
+
+async def _kube_ctx(app: web.Application) -> AsyncIterator[None]:
+    if app[_GIVEN_API]:
+        yield  # the caller's client: the caller closes it
+        return
+    api = await connect(app[SETTINGS], app[KUBE_METRICS])
+    app[KUBE_API] = api
+    try:
+        yield
+    finally:
+        await api.close()
+
+
+async def _cluster_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    registry = app[REGISTRY]
+    cluster = ClusterWatch(
+        app[KUBE_API], wave_label=settings.wave_label, wave_gap=settings.wave_gap
+    )
+    app[CLUSTER] = cluster
+    build_info = build_info_family(__version__)
+    collector = SnapshotCollector(
+        lambda: controller_families(
+            cluster.view() if cluster.synced else None,
+            {SOURCE_APISERVER: cluster.status()},
+            build_info,
+        )
+    )
+    registry.register(collector)
+    cluster.start()
+    try:
+        yield
+    finally:
+        await cluster.stop()
+        registry.unregister(collector)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Families built from the informers' caches at scrape time (no API call).
+
+    They are collected in the event loop, which is the only writer of those caches, and the
+    text is rendered in a thread: for a thousand nodes the view takes milliseconds, the families
+    tens of milliseconds, the text about a hundred, which the loop (watches, webhook) should not
+    wait for."""
+    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+    families = list(request.app[REGISTRY].collect())
+    collected = CollectorRegistry(auto_describe=False)
+    collected.register(SnapshotCollector(lambda: families))
+    body = await asyncio.to_thread(encode, collected)
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Alive while the watches run (they retry failures themselves; a stopped watch is a bug)."""
+    cluster = request.app[CLUSTER]
+    if not cluster.running:
+        return web.json_response({"status": "cluster watch stopped"}, status=503)
+    return web.json_response({"status": "ok", "apiserver_up": cluster.status().up})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Ready once Nodes and Leases were both listed: before that the view is incomplete."""
+    cluster = request.app[CLUSTER]
+    if not cluster.synced:
+        return web.json_response(
+            {
+                "status": "waiting for the first list",
+                "nodes_synced": cluster.nodes.synced,
+                "leases_synced": cluster.leases.synced,
+            },
+            status=503,
+        )
+    return web.json_response({"status": "ok"})
+
+
+def make_app(
+    settings: ControllerSettings,
+    *,
+    api: KubeAPI | None = None,
+    registry: CollectorRegistry | None = None,
+    extensions: Iterable[Extension] = (),
+) -> web.Application:
+    """The controller. ``api``: use this client (the caller closes it, and it reports requests
+    to its own observer) instead of connecting with ``settings.kubeconfig`` (then API requests
+    are counted in ``registry``); ``registry``: serve this registry (default: a new one)."""
+    app = web.Application()
+    app[SETTINGS] = settings
+    app[REGISTRY] = registry if registry is not None else CollectorRegistry(auto_describe=True)
+    app[_GIVEN_API] = api is not None
+    if api is not None:
+        app[KUBE_API] = api  # requests are reported to the observer it was built with
+    else:
+        app[KUBE_METRICS] = KubeRequestMetrics(app[REGISTRY])
+    app.cleanup_ctx.append(_kube_ctx)
+    app.cleanup_ctx.append(_cluster_ctx)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    for extend in extensions:
+        extend(app)
+    return app
