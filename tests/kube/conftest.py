@@ -1,0 +1,97 @@
+"""Fixtures for the API boundary: the test API server in the test's loop, a KubeAPI with request
+metrics, and helpers to run informers and wait for conditions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporter.kube.api import KubeAPI
+from exporter.kube.informer import Informer, InformerTiming
+from exporter.metrics.kube_requests import KubeRequestMetrics
+from exporter.sim.apiserver import APIServer
+
+T = TypeVar("T")
+
+#: Fast retries so failure tests finish quickly; the protocol is the same as with the defaults.
+FAST = InformerTiming(
+    watch_timeout_seconds=5.0,
+    backoff_initial_seconds=0.02,
+    backoff_max_seconds=0.2,
+    short_watch_seconds=0.5,
+)
+
+
+async def eventually(
+    predicate: Callable[[], bool], what: str = "condition", within: float = 10.0
+) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not predicate():
+        if loop.time() > deadline:
+            pytest.fail(f"timed out after {within} s waiting for: {what}")
+        await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def running(informer: Informer[T], *, synced: bool = True) -> AsyncIterator[Informer[T]]:
+    """Run the informer in a task (synced first, unless told otherwise); cancel it after."""
+    task = asyncio.create_task(informer.run(), name=f"informer {informer.name}")
+    try:
+        if synced:
+            async with asyncio.timeout(10):
+                await informer.wait_synced()
+        yield informer
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+class Recorder:
+    """A handler that records (type, old name/version, new name/version) tuples."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any, Any]] = []
+
+    def __call__(self, type_: str, old: Any, new: Any) -> None:
+        self.events.append((type_, old, new))
+
+    def names(self) -> list[tuple[str, str]]:
+        return [(t, (new if new is not None else old).name) for t, old, new in self.events]
+
+    def clear(self) -> None:
+        self.events.clear()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[APIServer]:
+    async with APIServer(bookmark_interval=0.1) as srv:
+        yield srv
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def metrics(registry: CollectorRegistry) -> KubeRequestMetrics:
+    return KubeRequestMetrics(registry)
+
+
+@pytest.fixture
+async def api(server: APIServer, metrics: KubeRequestMetrics) -> AsyncIterator[KubeAPI]:
+    async with KubeAPI(server.aio_configuration(), observer=metrics) as kube:
+        yield kube
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample's value; 0 when the series does not exist (yet)."""
+    return registry.get_sample_value(name, labels) or 0.0

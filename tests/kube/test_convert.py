@@ -1,0 +1,394 @@
+"""API JSON -> model dataclasses, as tables: well-formed objects, odd fields, no identity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from exporter.kube.convert import ConversionError, lease_info, node_info, pod_info, timestamp
+from exporter.model.kube import (
+    ContainerStatusInfo,
+    LeaseInfo,
+    NodeCondition,
+    NodeInfo,
+    PodInfo,
+    Taint,
+)
+
+T0 = 1714557600.0  # 2024-05-01T10:00:00Z
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("2024-05-01T10:00:00Z", T0, id="time"),
+        pytest.param("2024-05-01T10:00:05.250000Z", T0 + 5.25, id="microtime"),
+        pytest.param("2024-05-01T12:00:00+02:00", T0, id="offset"),
+        pytest.param("2024-05-01T10:00:00", T0, id="no-offset-is-utc"),
+        pytest.param("2024-05-01T10:00:05.123456789Z", T0 + 5.123456, id="nanoseconds"),
+        pytest.param("", None, id="empty"),
+        pytest.param(None, None, id="null"),
+        pytest.param(1714557600, None, id="number"),
+        pytest.param("yesterday", None, id="garbage"),
+    ],
+)
+def test_timestamp(value: Any, expected: float | None) -> None:
+    assert timestamp(value) == (pytest.approx(expected) if expected is not None else None)
+
+
+FULL_NODE: dict[str, Any] = {
+    "kind": "Node",
+    "apiVersion": "v1",
+    "metadata": {
+        "name": "node-a",
+        "uid": "u-1",
+        "resourceVersion": "42",
+        "creationTimestamp": "2024-05-01T10:00:00Z",
+        "labels": {"node-role.kubernetes.io/worker": "", "zone": "a"},
+        "annotations": {"nodesync.io/protected": "true"},
+    },
+    "spec": {
+        "unschedulable": True,
+        "taints": [
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+            {
+                "key": "node.kubernetes.io/unreachable",
+                "effect": "NoExecute",
+                "timeAdded": "2024-05-01T10:00:10Z",
+            },
+        ],
+    },
+    "status": {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "KubeletNotReady",
+                "message": "container runtime is down",
+                "lastHeartbeatTime": "2024-05-01T10:00:20Z",
+                "lastTransitionTime": "2024-05-01T10:00:10Z",
+            },
+            {"type": "DiskPressure", "status": "False"},
+        ],
+        "capacity": {"cpu": "4", "memory": "16Gi"},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        pytest.param(
+            FULL_NODE,
+            NodeInfo(
+                name="node-a",
+                uid="u-1",
+                created_at=T0,
+                resource_version="42",
+                labels={"node-role.kubernetes.io/worker": "", "zone": "a"},
+                annotations={"nodesync.io/protected": "true"},
+                unschedulable=True,
+                taints=(
+                    Taint("node.kubernetes.io/unschedulable", "NoSchedule"),
+                    Taint("node.kubernetes.io/unreachable", "NoExecute", time_added=T0 + 10),
+                ),
+                conditions=(
+                    NodeCondition(
+                        "Ready",
+                        "False",
+                        "KubeletNotReady",
+                        last_transition=T0 + 10,
+                        last_heartbeat=T0 + 20,
+                    ),
+                    NodeCondition("DiskPressure", "False"),
+                ),
+            ),
+            id="full",
+        ),
+        pytest.param(
+            {"metadata": {"name": "bare"}},
+            NodeInfo(name="bare", uid="", created_at=0.0),
+            id="bare-name-only",
+        ),
+        pytest.param(
+            {
+                "metadata": {
+                    "name": "odd",
+                    "labels": {"a": None, "b": "1", "c": 3},
+                    "annotations": ["not", "a", "map"],
+                    "creationTimestamp": "not a time",
+                },
+                "spec": {
+                    "unschedulable": "yes",
+                    "taints": [{"effect": "NoSchedule"}, "junk", {"key": "k", "effect": 1}],
+                },
+                "status": {"conditions": "garbage"},
+            },
+            NodeInfo(
+                name="odd",
+                uid="",
+                created_at=0.0,
+                labels={"b": "1"},
+                taints=(Taint("k", ""),),
+            ),
+            id="odd-fields-become-defaults",
+        ),
+        pytest.param(
+            {
+                "metadata": {"name": "c"},
+                "spec": None,
+                "status": {"conditions": [{"type": "Ready"}, {"status": "True"}, None]},
+            },
+            NodeInfo(
+                name="c", uid="", created_at=0.0, conditions=(NodeCondition("Ready", "Unknown"),)
+            ),
+            id="condition-without-status-is-unknown",
+        ),
+    ],
+)
+def test_node_info(obj: dict[str, Any], expected: NodeInfo) -> None:
+    assert node_info(obj) == expected
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        pytest.param(
+            {
+                "metadata": {
+                    "name": "node-a",
+                    "namespace": "kube-node-lease",
+                    "resourceVersion": "7",
+                },
+                "spec": {
+                    "holderIdentity": "node-a",
+                    "leaseDurationSeconds": 40,
+                    "renewTime": "2024-05-01T10:00:05.250000Z",
+                },
+            },
+            LeaseInfo("node-a", "kube-node-lease", T0 + 5.25, "node-a", 40, "7"),
+            id="node-lease",
+        ),
+        pytest.param(
+            {"metadata": {"name": "new", "namespace": "kube-node-lease"}, "spec": {}},
+            LeaseInfo("new", "kube-node-lease", None),
+            id="never-renewed",
+        ),
+        pytest.param(
+            {
+                "metadata": {"name": "x", "namespace": "ns"},
+                "spec": {"leaseDurationSeconds": "forty", "renewTime": 5, "holderIdentity": 1},
+            },
+            LeaseInfo("x", "ns", None),
+            id="odd-fields",
+        ),
+        pytest.param(
+            {"metadata": {"name": "x", "namespace": "ns"}, "spec": {"leaseDurationSeconds": 40.0}},
+            LeaseInfo("x", "ns", None, lease_duration_seconds=40),
+            id="integral-float-duration",
+        ),
+    ],
+)
+def test_lease_info(obj: dict[str, Any], expected: LeaseInfo) -> None:
+    assert lease_info(obj) == expected
+
+
+RUNNING_POD: dict[str, Any] = {
+    "metadata": {
+        "name": "web-1",
+        "namespace": "default",
+        "uid": "p-1",
+        "resourceVersion": "99",
+        "creationTimestamp": "2024-05-01T10:00:00Z",
+        "labels": {"app": "web"},
+        "ownerReferences": [
+            {"kind": "Node", "name": "x", "controller": False},
+            {"kind": "ReplicaSet", "name": "web-7d", "controller": True},
+        ],
+    },
+    "spec": {"nodeName": "node-a", "containers": [{"name": "app"}]},
+    "status": {
+        "phase": "Running",
+        "startTime": "2024-05-01T10:00:05Z",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastTransitionTime": "2024-05-01T10:00:01Z",
+            },
+            {"type": "Ready", "status": "True"},
+        ],
+        "initContainerStatuses": [
+            {
+                "name": "init",
+                "ready": True,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+            }
+        ],
+        "containerStatuses": [
+            {
+                "name": "app",
+                "ready": True,
+                "restartCount": 3,
+                "state": {"running": {"startedAt": "2024-05-01T10:00:10Z"}},
+                "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+            },
+            {
+                "name": "sidecar",
+                "ready": False,
+                "restartCount": 5,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+            },
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        pytest.param(
+            RUNNING_POD,
+            PodInfo(
+                uid="p-1",
+                namespace="default",
+                name="web-1",
+                node_name="node-a",
+                phase="Running",
+                created_at=T0,
+                resource_version="99",
+                labels={"app": "web"},
+                start_time=T0 + 5,
+                owner_kind="ReplicaSet",
+                scheduled_at=T0 + 1,
+                ready=True,
+                containers=(
+                    ContainerStatusInfo(
+                        "init",
+                        "terminated",
+                        ready=True,
+                        terminated_reason="Completed",
+                        terminated_exit_code=0,
+                        init=True,
+                    ),
+                    ContainerStatusInfo(
+                        "app",
+                        "running",
+                        ready=True,
+                        restart_count=3,
+                        last_terminated_reason="OOMKilled",
+                        last_terminated_exit_code=137,
+                        started_at=T0 + 10,
+                    ),
+                    ContainerStatusInfo(
+                        "sidecar",
+                        "waiting",
+                        restart_count=5,
+                        waiting_reason="CrashLoopBackOff",
+                        last_terminated_reason="Error",
+                        last_terminated_exit_code=1,
+                    ),
+                ),
+            ),
+            id="running-with-init-and-crashloop",
+        ),
+        pytest.param(
+            {
+                "metadata": {
+                    "name": "kube-proxy-node-a",
+                    "namespace": "kube-system",
+                    "uid": "m-1",
+                    "annotations": {"kubernetes.io/config.mirror": "abc"},
+                    "deletionTimestamp": "2024-05-01T10:00:20Z",
+                    "deletionGracePeriodSeconds": 30,
+                },
+                "spec": {"nodeName": "node-a"},
+                "status": {"phase": "Running", "containerStatuses": [{"name": "p", "state": {}}]},
+            },
+            PodInfo(
+                uid="m-1",
+                namespace="kube-system",
+                name="kube-proxy-node-a",
+                node_name="node-a",
+                phase="Running",
+                created_at=0.0,
+                deletion_timestamp=T0 + 20,
+                deletion_grace_period_seconds=30,
+                mirror=True,
+                containers=(ContainerStatusInfo("p", ""),),
+            ),
+            id="terminating-mirror-pod-state-not-reported",
+        ),
+        pytest.param(
+            {"metadata": {"name": "new", "namespace": "default"}},
+            PodInfo(
+                uid="",
+                namespace="default",
+                name="new",
+                node_name="",
+                phase="Pending",
+                created_at=0.0,
+            ),
+            id="unscheduled-without-status",
+        ),
+        pytest.param(
+            {
+                "metadata": {"name": "odd", "namespace": "default", "ownerReferences": "x"},
+                "spec": {"nodeName": 5},
+                "status": {
+                    "phase": None,
+                    "conditions": [{"type": "PodScheduled", "status": "False"}],
+                    "containerStatuses": [
+                        {
+                            "name": "c",
+                            "restartCount": "x",
+                            "ready": "true",
+                            "state": {"running": 1},
+                        },
+                        {"state": {"running": {}}},
+                        {
+                            "name": "d",
+                            "restartCount": -1,
+                            "state": {"terminated": {"exitCode": "1", "reason": 7}},
+                        },
+                    ],
+                },
+            },
+            PodInfo(
+                uid="",
+                namespace="default",
+                name="odd",
+                node_name="",
+                phase="Pending",
+                created_at=0.0,
+                containers=(
+                    ContainerStatusInfo("c", ""),
+                    ContainerStatusInfo("d", "terminated", terminated_exit_code=1),
+                ),
+            ),
+            id="odd-fields-become-defaults",
+        ),
+    ],
+)
+def test_pod_info(obj: dict[str, Any], expected: PodInfo) -> None:
+    assert pod_info(obj) == expected
+
+
+@pytest.mark.parametrize(
+    ("convert", "obj"),
+    [
+        pytest.param(node_info, {"metadata": {}}, id="node-without-name"),
+        pytest.param(node_info, {"metadata": {"name": 5}}, id="node-name-not-a-string"),
+        pytest.param(node_info, {"spec": {}}, id="node-without-metadata"),
+        pytest.param(node_info, {"metadata": "node-a"}, id="metadata-not-an-object"),
+        pytest.param(lease_info, {"metadata": {"name": "x"}}, id="lease-without-namespace"),
+        pytest.param(pod_info, {"metadata": {"namespace": "default"}}, id="pod-without-name"),
+        pytest.param(pod_info, ["not", "an", "object"], id="not-an-object"),
+    ],
+)
+def test_objects_without_identity_are_rejected(convert: Any, obj: Any) -> None:
+    with pytest.raises(ConversionError):
+        convert(obj)
