@@ -11,7 +11,6 @@ and appends its own cleanup contexts, which run after these two, so ``app[KUBE_A
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 
 from aiohttp import web
@@ -24,11 +23,10 @@ from exporter.controller.exposition import SOURCE_APISERVER, controller_families
 from exporter.controller.settings import ControllerSettings
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import in_cluster_configuration, kubeconfig_configuration
+from exporter.kube.observer import RequestObserver
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.selfmetrics import build_info_family
-
-log = logging.getLogger(__name__)
 
 SETTINGS = web.AppKey("settings", ControllerSettings)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -41,9 +39,7 @@ Extension = Callable[[web.Application], None]
 _GIVEN_API = web.AppKey("given_api", bool)
 
 
-async def connect(
-    settings: ControllerSettings, observer: KubeRequestMetrics | None = None
-) -> KubeAPI:
+async def connect(settings: ControllerSettings, observer: RequestObserver | None = None) -> KubeAPI:
     """An API client from ``--kubeconfig``, or from the pod's service account when it is empty."""
     if settings.kubeconfig:
         configuration = await kubeconfig_configuration(settings.kubeconfig)
