@@ -3,7 +3,10 @@ families at once (docs check, promtool)."""
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry
+
 from exporter.controller.exposition import SOURCE_APISERVER, controller_families
+from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family
 from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.kube import NodeCondition, Taint
@@ -50,11 +53,31 @@ def rich_view() -> ClusterView:
     return build_view(nodes, leases, wave_label=WAVE_LABEL, gap_seconds=120, now=T0 + 60)
 
 
-def rich_controller_exposition() -> str:
+def rich_kube_requests(registry: CollectorRegistry) -> None:
+    """What the controller's two watches report, with one of everything."""
+    metrics = KubeRequestMetrics(registry)
+    for resource in ("nodes", "leases"):
+        metrics.observe_request(resource, "list", 0.012, "200")
+        metrics.observe_request(resource, "watch", 0.003, "200")
+        metrics.observe_watch_event(resource, "ADDED")
+        metrics.observe_watch_event(resource, "BOOKMARK")
+    metrics.observe_request("nodes", "watch", 0.002, "500")
+    metrics.observe_request("leases", "list", 10.0, "unreachable")
+    metrics.observe_relist("nodes")
+    metrics.observe_skipped_object("leases")
+
+
+def rich_controller_exposition(*, with_kube_requests: bool = True) -> str:
+    """Everything the controller's /metrics serves: the families built from the view and, unless
+    told otherwise, the API client's instruments."""
+    registry = CollectorRegistry()
+    if with_kube_requests:
+        rich_kube_requests(registry)
     return render(
         controller_families(
             rich_view(),
             {SOURCE_APISERVER: SourceStatus(up=True, last_success_timestamp=T0 + 59)},
             build_info_family("0.0.0-test"),
-        )
+        ),
+        registry,
     )

@@ -1,3 +1,6 @@
+"""docs/metrics.md and the controller's /metrics name the same metrics: the Controller section,
+plus the Kubernetes API client section for the instruments of its watches."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,12 +9,22 @@ from tests.controller.rich import rich_controller_exposition
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.promtool import check_metrics
 
+SECTIONS = ("Controller", "Kubernetes API client")
+
 
 def test_controller_exposition_matches_the_doc() -> None:
-    documented = documented_metric_names(DOC.read_text(), section_prefix="Controller")
+    markdown = DOC.read_text()
+    documented = set().union(*(documented_metric_names(markdown, s) for s in SECTIONS))
     exposed = exposed_metric_names(rich_controller_exposition())
     assert sorted(exposed - documented) == [], "exposed but not documented"
     assert sorted(documented - exposed) == [], "documented but not exposed"
+
+
+def test_the_controller_section_is_exactly_the_controller_families() -> None:
+    own = documented_metric_names(DOC.read_text(), "Controller")
+    exposed = exposed_metric_names(rich_controller_exposition(with_kube_requests=False))
+    assert sorted(exposed - own) == [], "exposed but not in the Controller section"
+    assert sorted(own - exposed) == [], "in the Controller section but not exposed"
 
 
 @pytest.mark.prometheus
