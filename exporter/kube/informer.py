@@ -168,7 +168,8 @@ class Informer(Generic[T]):
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> None:
-        """List and watch until cancelled; never raises anything else."""
+        """List and watch until cancelled; never raises anything else (an unexpected error is
+        logged with its traceback and retried like an API failure)."""
         if self._initial_jitter > 0:
             await asyncio.sleep(self._rng.uniform(0.0, self._initial_jitter))
         while True:
@@ -185,6 +186,9 @@ class Informer(Generic[T]):
                 if expired:
                     self._consistent_relist = True
                 await asyncio.sleep(self._failed(err))
+            except Exception as exc:  # a bug must not end the cache for good: report, retry
+                log.exception("informer %s: unexpected failure", self.name)
+                await asyncio.sleep(self._failed(KubeError(0, type(exc).__name__, str(exc))))
 
     def _relist_next(self, err: KubeError) -> None:
         log.info(

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from exporter.kube import resources
 from exporter.kube.api import KubeAPI, WatchEvent
 from exporter.kube.errors import (
+    Conflict,
     Forbidden,
     Gone,
     NotFound,
@@ -197,3 +198,32 @@ async def test_watch_from_an_expired_version_yields_a_gone_error_event(
     assert isinstance(err, Gone)
     assert (err.code, err.reason) == (410, "Expired")
     assert sample(registry, ERRORS, resource="nodes", verb="watch", code="410") == 1
+
+
+async def test_generic_request_writes_and_translates_conflicts(
+    api: KubeAPI, server: APIServer, registry: CollectorRegistry
+) -> None:
+    server.store.create("nodes", {"metadata": {"name": "n1"}})
+    path = resources.NODES.path(name="n1")
+    patched = await api.request(
+        "PATCH",
+        resources.NODES,
+        "patch",
+        path,
+        body={"spec": {"unschedulable": True}},
+        content_type="application/merge-patch+json",
+    )
+    assert patched["spec"]["unschedulable"] is True
+    assert server.store.get("nodes", "n1")["spec"]["unschedulable"] is True
+    stale = {"metadata": {"resourceVersion": "1"}, "spec": {"unschedulable": False}}
+    with pytest.raises(Conflict):
+        await api.request(
+            "PATCH",
+            resources.NODES,
+            "patch",
+            path,
+            body=stale,
+            content_type="application/merge-patch+json",
+        )
+    assert sample(registry, ERRORS, resource="nodes", verb="patch", code="409") == 1
+    assert sample(registry, DURATION_COUNT, resource="nodes", verb="patch") == 2

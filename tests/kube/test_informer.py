@@ -372,3 +372,28 @@ async def test_many_objects_sync_quickly(api: KubeAPI, server: APIServer) -> Non
         elapsed = loop.time() - started
         assert len(informer.store) == 1000
     assert elapsed < 2.0
+
+
+async def test_an_unexpected_error_is_retried_not_fatal(
+    server: APIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_node(server, "n1")
+    async with KubeAPI(server.aio_configuration()) as api:
+        real_list = api.list
+        calls = 0
+
+        async def flaky_list(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("a bug")
+            return await real_list(*args, **kwargs)
+
+        monkeypatch.setattr(api, "list", flaky_list)
+        informer = node_informer(api)
+        async with running(informer):
+            assert list(informer.store) == ["n1"]
+            assert informer.up
+    assert calls == 2
+    assert informer.last_error is not None
+    assert informer.last_error.reason == "RuntimeError"
