@@ -192,7 +192,7 @@ class KubeAPI:
         started: float,
         obs: RequestObserver | None,
     ) -> AsyncGenerator[WatchEvent, None]:
-        buffer = b""
+        pending: list[bytes] = []  # the start of a line split across chunks
         while True:
             try:
                 chunk = await response.content.readany()
@@ -201,25 +201,26 @@ class KubeAPI:
                 _report(obs, resource, "watch", started, code_label(err))
                 raise err from exc
             if not chunk:
-                if buffer.strip():
-                    event = self._event(buffer, resource, started, obs)
-                    if event is not None:
-                        yield event
+                rest = b"".join(pending)
+                if rest.strip():
+                    yield self._event(rest, resource, started, obs)
                 return
-            buffer += chunk
             start = 0
-            while (end := buffer.find(b"\n", start)) >= 0:
-                line = buffer[start:end]
+            while (end := chunk.find(b"\n", start)) >= 0:
+                line = chunk[start:end]
                 start = end + 1
+                if pending:
+                    pending.append(line)
+                    line = b"".join(pending)
+                    pending.clear()
                 if line.strip():
-                    event = self._event(line, resource, started, obs)
-                    if event is not None:
-                        yield event
-            buffer = buffer[start:]
+                    yield self._event(line, resource, started, obs)
+            if start < len(chunk):
+                pending.append(chunk[start:])
 
     def _event(
         self, line: bytes, resource: Resource, started: float, obs: RequestObserver | None
-    ) -> WatchEvent | None:
+    ) -> WatchEvent:
         try:
             raw = json.loads(line)
         except ValueError as exc:

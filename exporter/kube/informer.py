@@ -108,6 +108,7 @@ class Informer(Generic[T]):
         self._handlers: list[Handler[T]] = []
         self._synced = asyncio.Event()
         self._rv: str | None = None  # None: list first
+        self._listed_rv: str | None = None  # the version of the last list
         self._consistent_relist = False
         self._up = False
         self._last_success: float | None = None
@@ -181,8 +182,11 @@ class Informer(Generic[T]):
             except KubeError as err:
                 expired = isinstance(err, Gone) or is_resource_version_too_large(err)
                 if expired and self._rv is not None:
+                    no_progress = self._rv == self._listed_rv
                     self._relist_next(err)
-                    continue  # at once, as client-go: the watch cache has moved on
+                    if no_progress:  # the list's own version expired: do not spin
+                        await asyncio.sleep(self._backoff.next())
+                    continue  # else at once, as client-go: the watch cache has moved on
                 if expired:
                     self._consistent_relist = True
                 await asyncio.sleep(self._failed(err))
@@ -238,7 +242,7 @@ class Informer(Generic[T]):
             observer=self._observer,
         )
         await self._replace(page.items)
-        self._rv = page.resource_version
+        self._rv = self._listed_rv = page.resource_version
         self._consistent_relist = False
         self._succeeded()
         self._synced.set()

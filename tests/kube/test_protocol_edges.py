@@ -4,6 +4,7 @@ aiohttp app stands in for the server; everything else is tested against the test
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -18,7 +19,7 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.config import token_configuration
 from exporter.kube.convert import node_info
 from exporter.kube.errors import InvalidResponse
-from exporter.kube.informer import Informer
+from exporter.kube.informer import Informer, InformerTiming
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from tests.kube.conftest import FAST, Recorder, eventually, running, sample
 
@@ -39,6 +40,7 @@ class StubAPI:
         self.watch_requests: list[dict[str, str]] = []
         self.list_requests: list[dict[str, str]] = []
         self.watch_lines: list[bytes] = []
+        self.always_gone = False
 
     async def nodes_handler(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
@@ -47,7 +49,7 @@ class StubAPI:
             body = {"kind": "NodeList", "metadata": {"resourceVersion": self.list_rv}}
             return web.json_response({**body, "items": self.nodes})
         self.watch_requests.append(query)
-        if len(self.watch_requests) == 1:
+        if len(self.watch_requests) == 1 or self.always_gone:
             status = {"kind": "Status", "code": 410, "reason": "Gone", "message": "too old"}
             return web.json_response(status, status=410)
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -126,3 +128,18 @@ async def test_a_broken_watch_line_is_retried_from_the_last_version(
     assert resumed_from == ["6", "6"], "after the bad line, the watch resumes from n3's version"
     assert sample(registry, "nodesync_kube_request_errors_total", resource="nodes", verb="watch",
                   code="invalid_response") >= 1  # fmt: skip
+
+
+async def test_a_list_whose_version_is_always_gone_is_backed_off(
+    stub: StubAPI, stub_api: KubeAPI
+) -> None:
+    stub.always_gone = True
+    timing = InformerTiming(backoff_initial_seconds=0.1, backoff_max_seconds=0.1)
+    informer = Informer(stub_api, resources.NODES, node_info, timing=timing)
+    loop = asyncio.get_running_loop()
+    async with running(informer):
+        started = loop.time()
+        await eventually(lambda: len(stub.list_requests) >= 5, "five lists")
+        elapsed = loop.time() - started
+    # Each relist waits at least the initial backoff instead of spinning list -> 410 -> list.
+    assert elapsed >= 3 * 0.1
