@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from prometheus_client import disable_created_metrics
 
 from exporter import __version__
+from exporter.controller.settings import ControllerSettings, add_controller_flags
 from exporter.logs import setup_logging
 from exporter.settings import (
     AgentSettings,
@@ -43,6 +44,16 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
     )
     add = FlagAdder(agent, environ)
     add_agent_flags(add)
+    add_common_flags(add)
+
+    controller = commands.add_parser(
+        "controller",
+        help="cluster view: every Node and node Lease as metrics, grouped into scale-out waves",
+        description="Watches all Nodes and the Leases in kube-node-lease and serves node "
+        "conditions, lease renewals, scale-out waves and roles on /metrics.",
+    )
+    add = FlagAdder(controller, environ)
+    add_controller_flags(add)
     add_common_flags(add)
 
     sim = commands.add_parser("sim", help="local stand-ins for trying nodesync out and for tests")
@@ -87,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "agent":
             return _run_agent(AgentSettings.from_args(args))
+        if args.command == "controller":
+            return _run_controller(ControllerSettings.from_args(args))
         if args.command == "sim" and args.sim_command == "node":
             from exporter.sim.local_node import run_local_node
 
@@ -107,4 +120,18 @@ def _run_agent(settings: AgentSettings) -> int:
 
     log.info("starting agent", extra={"version": __version__, **settings.as_log_fields()})
     asyncio.run(serve(make_app(settings), settings.listen_host, settings.listen_port))
+    return 0
+
+
+def _run_controller(settings: ControllerSettings) -> int:
+    from exporter.controller.app import make_app
+    from exporter.kube.config import ConfigError
+    from exporter.serve import serve
+
+    log.info("starting controller", extra={"version": __version__, **settings.as_log_fields()})
+    try:
+        asyncio.run(serve(make_app(settings), settings.listen_host, settings.listen_port))
+    except ConfigError as exc:
+        log.error("cannot configure the API client", extra={"error": str(exc)})
+        return 2
     return 0

@@ -203,7 +203,6 @@ def add_agent_flags(add: FlagAdder) -> None:
     add.add(
         "--kubeconfig",
         default="",
-        env="KUBECONFIG",
         help="kubeconfig file for the API server; empty: in-cluster service account",
     )
     add.add(

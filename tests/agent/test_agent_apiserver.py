@@ -171,15 +171,18 @@ async def test_api_failure_keeps_cri_metrics_and_recovers_without_losing_events(
     # The API server answers 500 to everything and drops its watches.
     env.api.faults.fail_next(10_000, 500)
     env.api.drop_watches()
+    # Once the pod watch fails too, there is no API view of the pods: no apiserver samples.
     text = await env.until(
-        lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 0,
+        lambda t: (
+            series(t, "nodesync_source_up").get(labels(source="apiserver")) == 0
+            and _api_phase(t, "Pending") is None
+        ),
         "the API source to go down",
     )
     assert series(text, "nodesync_cri_up") == {labels(): 1.0}
     assert series(text, "nodesync_source_up")[labels(source="runtime")] == 1
     errors = series(text, "nodesync_kube_request_errors_total")
     assert any(dict(k)["code"] == "500" for k in errors), errors
-    assert _api_phase(text, "Pending") is None  # no API view: no apiserver samples
 
     # Meanwhile a pod is bound to the node: the agent must see it after recovery.
     pod = _pod("late")

@@ -11,14 +11,20 @@ import pytest
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
+from exporter.settings import FlagAdder
 from exporter.sim.apiserver import cli
 
 
-def test_listen_address_parsing() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
+    cli.add_arguments(FlagAdder(parser, {}))
+    return parser
+
+
+def test_listen_address_parsing() -> None:
+    parser = _parser()
     args = parser.parse_args(["--web.listen-address", "127.0.0.1:7443", "--token", "T"])
-    assert args.listen_address == ("127.0.0.1", 7443)
+    assert args.web_listen_address == ("127.0.0.1", 7443)
     assert args.token == "T"
     with pytest.raises(SystemExit):
         parser.parse_args(["--web.listen-address", "nope"])
@@ -27,8 +33,7 @@ def test_listen_address_parsing() -> None:
 async def test_run_serves_until_cancelled(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
+    parser = _parser()
     kubeconfig = tmp_path / "kubeconfig"
     args = parser.parse_args(
         ["--web.listen-address", "127.0.0.1:0", "--token", "T", "--kubeconfig", str(kubeconfig)]
