@@ -1,0 +1,230 @@
+"""The Prometheus rules: promtool accepts every rule file and passes every rule test file, and
+the rules keep the contract the rollback hook and the runbooks rely on."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.rules.rulefiles import (
+    ACTIONS,
+    RULES_DIR,
+    RULES_DOC,
+    RUNBOOKS,
+    SEVERITIES,
+    TESTS_DIR,
+    THRESHOLDS,
+    Rule,
+    alerts,
+    all_rules,
+    binary,
+    explain,
+    groups,
+    load,
+    markdown_anchors,
+    markdown_table,
+    rule_files,
+    rules,
+    run,
+    unit_test_files,
+)
+from tests.rules.yamlsubset import resolve
+
+RULE_FILES = rule_files()
+UNIT_TEST_FILES = unit_test_files()
+
+# Labels the hook needs to find what to act on, per action.
+IDENTIFYING_LABELS = {
+    "rollback_node": {"node"},
+    "evict_pod": {"node", "namespace", "pod"},
+    "cleanup_orphans": {"node"},
+    "none": set(),
+}
+
+
+def test_every_rule_file_has_a_unit_test_file() -> None:
+    # Also keeps the parametrized tests below from passing vacuously on an empty glob.
+    names = {path.stem for path in RULE_FILES}
+    assert {"thresholds", "nodes", "pods", "runtime", "drift", "host"} <= names
+    assert {path.name for path in UNIT_TEST_FILES} == {f"{name}_test.yml" for name in names}
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
+def test_promtool_accepts_the_rule_file(path: Path) -> None:
+    result = run([binary("promtool"), "check", "rules", str(path)])
+    assert result.returncode == 0, explain(result)
+    # promtool counts the rules it loaded: the structural checks below must see the same ones.
+    found = re.search(r"SUCCESS: (\d+) rules found", result.stdout)
+    assert found, explain(result)
+    assert int(found.group(1)) == len(rules(path))
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("path", UNIT_TEST_FILES, ids=lambda p: p.name)
+def test_promtool_unit_tests_pass(path: Path) -> None:
+    result = run([binary("promtool"), "test", "rules", str(path)])
+    assert result.returncode == 0, explain(result)
+
+
+@pytest.mark.prometheus
+def test_the_structural_reader_reads_what_promtool_reads(tmp_path: Path) -> None:
+    """Every rule and test file, read by the YAML-subset reader and written back as JSON (which
+    is YAML), passes promtool exactly like the original: the reader drops or changes nothing
+    that matters."""
+    promtool = binary("promtool")
+    (tmp_path / "rules").mkdir()
+    tests_dir = tmp_path / TESTS_DIR.relative_to(RULES_DIR.parent)
+    tests_dir.mkdir(parents=True)
+    for path in RULE_FILES:
+        (tmp_path / "rules" / path.name).write_text(json.dumps(resolve(load(path))))
+    for path in UNIT_TEST_FILES:
+        (tests_dir / path.name).write_text(json.dumps(resolve(load(path))))
+    for path in RULE_FILES:
+        copy = run([promtool, "check", "rules", str(tmp_path / "rules" / path.name)])
+        original = run([promtool, "check", "rules", str(path)])
+        assert copy.returncode == 0, explain(copy)
+        assert copy.stdout.replace(str(tmp_path / "rules"), str(RULES_DIR)) == original.stdout
+    for path in UNIT_TEST_FILES:
+        copy = run([promtool, "test", "rules", str(tests_dir / path.name)])
+        assert copy.returncode == 0, explain(copy)
+
+
+def test_rule_and_group_names_are_unique() -> None:
+    group_names = [group["name"] for path in RULE_FILES for group in groups(path)]
+    assert len(group_names) == len(set(group_names))
+    names = [rule.name for rule in all_rules()]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    assert duplicates == []
+
+
+def test_recording_rules_follow_the_naming_convention() -> None:
+    # level:metric:operations; the threshold constants are nodesync:<name>.
+    for rule in all_rules():
+        if rule.is_alert:
+            continue
+        pattern = (
+            r"nodesync:[a-z0-9_]+"
+            if rule.file == THRESHOLDS
+            else r"[a-z_]+:nodesync_[a-z0-9_]+:[a-z0-9_]+"
+        )
+        assert re.fullmatch(pattern, rule.name), rule.name
+
+
+@pytest.mark.parametrize("alert", alerts(), ids=lambda a: a.name)
+def test_alert_carries_what_the_hook_and_the_on_call_need(alert: Rule) -> None:
+    rule = alert
+    assert rule.name.startswith("Nodesync")
+    labels = rule.data.get("labels") or {}
+    annotations = rule.data.get("annotations") or {}
+    assert labels.get("severity") in SEVERITIES, rule.name
+    assert labels.get("nodesync_action") in ACTIONS, rule.name
+    for key in ("summary", "description", "runbook_url"):
+        assert str(annotations.get(key, "")).strip(), f"{rule.name}: no {key}"
+    assert annotations["runbook_url"] == f"docs/runbooks.md#{rule.name.lower()}"
+    assert rule.name.lower() in markdown_anchors(RUNBOOKS.read_text(encoding="utf-8"))
+
+
+def test_runbooks_have_one_section_per_alert() -> None:
+    text = RUNBOOKS.read_text(encoding="utf-8")
+    sections = re.findall(r"^## (\S+)\s*$", text, flags=re.MULTILINE)
+    alert_sections = [name for name in sections if name.startswith("Nodesync")]
+    assert sorted(alert_sections) == sorted(rule.name for rule in alerts())
+
+
+def _cases() -> dict[str, dict[str, list[str]]]:
+    """alertname -> {"firing": [...], "silent": [...]} descriptions of every alert_rule_test."""
+    cases: dict[str, dict[str, list[str]]] = defaultdict(lambda: {"firing": [], "silent": []})
+    for path in UNIT_TEST_FILES:
+        for index, test in enumerate(load(path)["tests"]):
+            for case in test.get("alert_rule_test") or []:
+                kind = "firing" if case.get("exp_alerts") else "silent"
+                where = f"{path.name} test {index + 1} at {case['eval_time']}"
+                cases[case["alertname"]][kind].append(where)
+    return cases
+
+
+@pytest.mark.parametrize("alert", alerts(), ids=lambda a: a.name)
+def test_alert_is_tested_firing_and_silent(alert: Rule) -> None:
+    cases = _cases()
+    name = alert.name
+    assert cases[name]["firing"], f"{name}: no test case where it fires"
+    assert cases[name]["silent"], f"{name}: no test case where it stays silent"
+
+
+def test_unit_tests_name_only_existing_alerts() -> None:
+    assert set(_cases()) <= {rule.name for rule in alerts()}
+
+
+def test_expected_alerts_carry_labels_the_hook_needs() -> None:
+    actions = {rule.name: rule.data["labels"]["nodesync_action"] for rule in alerts()}
+    for path in UNIT_TEST_FILES:
+        for test in load(path)["tests"]:
+            for case in test.get("alert_rule_test") or []:
+                for expected in case.get("exp_alerts") or []:
+                    labels = expected["exp_labels"]
+                    action = actions[case["alertname"]]
+                    assert labels["nodesync_action"] == action
+                    missing = IDENTIFYING_LABELS[action] - set(labels)
+                    assert not missing, f"{path.name} {case['alertname']}: {missing}"
+
+
+@pytest.mark.parametrize("path", UNIT_TEST_FILES, ids=lambda p: p.name)
+def test_unit_test_file_orders_every_group_and_describes_every_timeline(path: Path) -> None:
+    data = load(path)
+    loaded = [(path.parent / name).resolve() for name in data["rule_files"]]
+    assert all(file.parent == RULES_DIR for file in loaded), data["rule_files"]
+    names = [group["name"] for file in loaded for group in groups(file)]
+    # Recording groups before alerting groups, thresholds first: as the rules are meant to run.
+    assert sorted(data["group_eval_order"]) == sorted(names)
+    order = data["group_eval_order"]
+    recording = [name for name in order if name.endswith(".rules") or name.endswith("thresholds")]
+    assert order[: len(recording)] == recording
+    lines = path.read_text(encoding="utf-8").splitlines()
+    starts = [i for i, line in enumerate(lines) if re.match(r"^  - interval:", line)]
+    assert len(starts) == len(data["tests"])
+    for start in starts:
+        assert lines[start - 1].lstrip().startswith("#"), f"{path.name}:{start + 1}: no comment"
+
+
+def _threshold_values() -> dict[str, str]:
+    values: dict[str, str] = {}
+    for rule in rules(THRESHOLDS):
+        assert not rule.is_alert
+        assert rule.name.startswith("nodesync:"), rule.name
+        constant = re.fullmatch(r"vector\(([0-9.]+)\)", rule.expr.strip())
+        assert constant, f"{rule.name}: {rule.expr!r} is not a constant"
+        values[rule.name] = constant.group(1)
+    return values
+
+
+def test_thresholds_live_in_one_file() -> None:
+    defined = _threshold_values()
+    used: set[str] = set()
+    for path in RULE_FILES:
+        if path == THRESHOLDS:
+            continue
+        for rule in rules(path):
+            used |= set(re.findall(r"\bnodesync:[a-z0-9_]+", rule.expr))
+            # Comparisons with numbers are state checks (== 0, == 1, > 0), never thresholds.
+            for number in re.findall(r"(?:[<>]=?|==|!=)\s*(?:bool\s+)?(-?[0-9.]+)", rule.expr):
+                assert number in ("0", "1"), f"{rule.name}: literal threshold {number}"
+    assert used == set(defined)
+
+
+def test_rules_doc_lists_every_alert_and_threshold_as_the_rules_have_them() -> None:
+    text = RULES_DOC.read_text(encoding="utf-8")
+    documented = {row["Alert"]: row for row in markdown_table(text, "Alert")}
+    assert set(documented) == {rule.name for rule in alerts()}
+    for rule in alerts():
+        row = documented[rule.name]
+        assert row["Action"] == rule.data["labels"]["nodesync_action"], rule.name
+        assert row["Severity"] == rule.data["labels"]["severity"], rule.name
+        assert row["for"] == rule.data.get("for", "0s"), rule.name
+        assert row["keep_firing_for"] == rule.data.get("keep_firing_for", "0s"), rule.name
+    thresholds = {row["Constant"]: row["Value"] for row in markdown_table(text, "Constant")}
+    assert thresholds == _threshold_values()
