@@ -41,6 +41,10 @@ class StubAPI:
         self.list_requests: list[dict[str, str]] = []
         self.watch_lines: list[bytes] = []
         self.always_gone = False
+        # The first watch waits for this before it is refused, so a test can change the
+        # server's state first (set by default: most tests do not care).
+        self.first_watch_gate = asyncio.Event()
+        self.first_watch_gate.set()
 
     async def nodes_handler(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
@@ -49,6 +53,8 @@ class StubAPI:
             body = {"kind": "NodeList", "metadata": {"resourceVersion": self.list_rv}}
             return web.json_response({**body, "items": self.nodes})
         self.watch_requests.append(query)
+        if len(self.watch_requests) == 1:
+            await self.first_watch_gate.wait()
         if len(self.watch_requests) == 1 or self.always_gone:
             status = {"kind": "Status", "code": 410, "reason": "Gone", "message": "too old"}
             return web.json_response(status, status=410)
@@ -89,12 +95,16 @@ async def test_http_410_on_a_watch_relists_with_a_consistent_read(
     informer = Informer(stub_api, resources.NODES, node_info, timing=FAST)
     events = Recorder()
     informer.add_handler(events)
+    stub.first_watch_gate.clear()
     async with running(informer):
         events.clear()
+        await eventually(lambda: len(stub.watch_requests) == 1, "the first watch")
         stub.nodes = [node("n1", "9")]  # changed and shrunk while the watch was refused
         stub.list_rv = "9"
+        stub.first_watch_gate.set()
         await eventually(lambda: len(stub.list_requests) == 2, "the relist")
         await eventually(lambda: list(informer.store) == ["n1"], "the new list applied")
+        await eventually(lambda: len(stub.watch_requests) >= 2, "the watch after the relist")
     assert events.names() == [("DELETED", "n2"), ("MODIFIED", "n1")]
     assert [q["resourceVersion"] for q in stub.list_requests] == ["0", ""]
     assert stub.watch_requests[0]["resourceVersion"] == "5"
