@@ -183,6 +183,35 @@ async def _post(url: str, batch: list[dict[str, Any]]) -> None:
         assert response.status == 200, await response.text()
 
 
+async def _inhibited_by_name(url: str) -> dict[str, set[bool]]:
+    """alertname -> whether its alerts are inhibited (a set: all, none, or some)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{url}/api/v2/alerts") as response,
+    ):
+        assert response.status == 200, await response.text()
+        result: dict[str, set[bool]] = {}
+        for alert in await response.json():
+            name = alert["labels"]["alertname"]
+            result.setdefault(name, set()).add(bool(alert["status"]["inhibitedBy"]))
+        return result
+
+
+async def _until_inhibited(url: str, expected: dict[str, set[bool]]) -> None:
+    """Poll Alertmanager's API until the alerts are inhibited as expected (the inhibitor
+    learns about new source alerts asynchronously)."""
+    seen: dict[str, set[bool]] = {}
+    try:
+        async with asyncio.timeout(WAIT_SECONDS):
+            while True:
+                seen = await _inhibited_by_name(url)
+                if seen == expected:
+                    return
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        pytest.fail(f"inhibition never became {expected}; last seen {seen}")
+
+
 @pytest.mark.prometheus
 async def test_a_real_alertmanager_calls_the_hook_once_per_group(
     aiohttp_server: ServerFactory, unused_tcp_port: int, tmp_path: Path
@@ -273,6 +302,35 @@ async def test_a_real_alertmanager_calls_the_hook_once_per_group(
         await hook.wait_for(lambda b: b["groupLabels"].get("alertname") == sentinel["alertname"])
         await _post(url, [_alert(sentinel, starts=now, ends=datetime.now(UTC))])
         resolved = await hook.wait_for(lambda b: b["status"] == "resolved")
+        # Pod evictions are inhibited on nodes being rolled back; report-only alerts never are.
+        # (The resolved sentinel is no longer listed.)
+        await _until_inhibited(
+            url,
+            {
+                "NodesyncNewNodeNotReady": {False},
+                "NodesyncNewNodePodPending": {True},
+                "NodesyncNewNodeHostPressure": {False},
+            },
+        )
+
+        # While the control plane is suspected, every action alert is held back, including
+        # those that fired before.
+        suspected = {
+            "alertname": "NodesyncControlPlaneSuspected",
+            "severity": "warning",
+            "nodesync_action": "none",
+            "reason": "old_nodes_failing",
+        }
+        await _post(url, [_alert(suspected, starts=datetime.now(UTC), ends=later)])
+        await _until_inhibited(
+            url,
+            {
+                "NodesyncNewNodeNotReady": {True},
+                "NodesyncNewNodePodPending": {True},
+                "NodesyncNewNodeHostPressure": {False},
+                "NodesyncControlPlaneSuspected": {False},
+            },
+        )
 
     log = _read(tmp_path / "am.log")
     assert all(auth == "Bearer s3cret-token" for auth, _ in hook.calls), log
