@@ -115,9 +115,8 @@ def test_recording_rules_follow_the_naming_convention() -> None:
         assert re.fullmatch(pattern, rule.name), rule.name
 
 
-@pytest.mark.parametrize("alert", alerts(), ids=lambda a: a.name)
-def test_alert_carries_what_the_hook_and_the_on_call_need(alert: Rule) -> None:
-    rule = alert
+@pytest.mark.parametrize("rule", alerts(), ids=lambda a: a.name)
+def test_alert_carries_what_the_hook_and_the_on_call_need(rule: Rule) -> None:
     assert rule.name.startswith("Nodesync")
     labels = rule.data.get("labels") or {}
     annotations = rule.data.get("annotations") or {}
@@ -129,11 +128,14 @@ def test_alert_carries_what_the_hook_and_the_on_call_need(alert: Rule) -> None:
     assert rule.name.lower() in markdown_anchors(RUNBOOKS.read_text(encoding="utf-8"))
 
 
-def test_runbooks_have_one_section_per_alert() -> None:
+def test_runbooks_have_one_complete_section_per_alert() -> None:
     text = RUNBOOKS.read_text(encoding="utf-8")
-    sections = re.findall(r"^## (\S+)\s*$", text, flags=re.MULTILINE)
-    alert_sections = [name for name in sections if name.startswith("Nodesync")]
-    assert sorted(alert_sections) == sorted(rule.name for rule in alerts())
+    sections = dict(re.findall(r"^## (Nodesync\S+)\s*\n(.*?)(?=^## |\Z)", text, re.M | re.S))
+    assert sorted(sections) == sorted(rule.name for rule in alerts())
+    for name, body in sections.items():
+        for part in ("**Meaning.**", "**Confirm.**", "**What nodesync does.**", "**Undo.**"):
+            assert part in body, f"{name}: no {part}"
+        assert "```promql" in body, f"{name}: no PromQL to confirm it"
 
 
 def _cases() -> dict[str, dict[str, list[str]]]:
