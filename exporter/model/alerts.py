@@ -1,0 +1,48 @@
+"""Alertmanager webhook payloads (version 4) as plain data.
+
+The receiver validates the JSON and builds these; nothing else sees raw JSON. Timestamps are
+Unix seconds; Alertmanager's zero time (0001-01-01T00:00:00Z, "not set") becomes None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# The label that tells the hook what to do (set by nodesync's alerting rules).
+ACTION_LABEL = "nodesync_action"
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    fingerprint: str
+    status: str  # "firing" or "resolved"
+    labels: Mapping[str, str]
+    starts_at: float
+    ends_at: float | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    generator_url: str = ""
+
+    @property
+    def key(self) -> tuple[str, float]:
+        """Identity of one firing episode: Alertmanager re-sends the same fingerprint and
+        startsAt with every notification of the group; a new episode has a new startsAt."""
+        return (self.fingerprint, self.starts_at)
+
+    @property
+    def action(self) -> str:
+        return self.labels.get(ACTION_LABEL, "")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookPayload:
+    version: str
+    group_key: str
+    status: str
+    receiver: str
+    alerts: tuple[Alert, ...]
+    truncated_alerts: int = 0
+    group_labels: Mapping[str, str] = field(default_factory=dict)
+    common_labels: Mapping[str, str] = field(default_factory=dict)
+    common_annotations: Mapping[str, str] = field(default_factory=dict)
+    external_url: str = ""
