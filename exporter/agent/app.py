@@ -26,7 +26,7 @@ from exporter.kube.config import ConfigError, load_configuration
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.kube_requests import KubeRequestMetrics
-from exporter.metrics.selfmetrics import build_info_family
+from exporter.metrics.selfmetrics import build_info_family, start_family
 from exporter.settings import AgentSettings
 
 log = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         drift_grace_seconds=settings.drift_grace_period,
     )
     app[SYNC] = sync
-    build_info = build_info_family(__version__)
-    registry.register(SnapshotCollector(lambda: [build_info, *agent_families(sync.state)]))
+    static = [build_info_family(__version__), start_family(time.time())]
+    registry.register(SnapshotCollector(lambda: [*static, *agent_families(sync.state)]))
     tasks = [asyncio.create_task(sync.run(settings.sync_period), name="agent-sync")]
     if view is not None:
         tasks.append(asyncio.create_task(view.run(), name="agent-api-view"))

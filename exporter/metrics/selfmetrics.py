@@ -45,3 +45,13 @@ def build_info_family(version: str) -> Metric:
     )
     family.add_metric([version, platform.python_version()], 1.0)
     return family
+
+
+def start_family(started_at: float) -> Metric:
+    family = GaugeMetricFamily(
+        "nodesync_start_timestamp_seconds",
+        "Unix time this nodesync process started (rules use it when the agent has never read "
+        "a source since it started).",
+    )
+    family.add_metric([], started_at)
+    return family

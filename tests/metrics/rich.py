@@ -14,7 +14,12 @@ from exporter.metrics.host import host_families
 from exporter.metrics.kubelet import kubelet_families
 from exporter.metrics.pods import pods_family
 from exporter.metrics.runtime import runtime_families
-from exporter.metrics.selfmetrics import SourceStatus, build_info_family, self_families
+from exporter.metrics.selfmetrics import (
+    SourceStatus,
+    build_info_family,
+    self_families,
+    start_family,
+)
 from exporter.model.apiview import api_phase_counts, pod_problems
 from exporter.model.drift import compute_drift
 from exporter.model.host import FilesystemStat, HostSnapshot, KubeletSnapshot
@@ -173,6 +178,7 @@ def rich_agent_exposition() -> str:
             }
         ),
         build_info_family("0.1.0"),
+        start_family(NOW - 600),
     ]
     registry = CollectorRegistry()
     cri = CRIRequestMetrics(registry)
