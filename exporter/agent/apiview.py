@@ -7,7 +7,6 @@ joining nodes add watches, not writes, and each first list is spread by a random
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from exporter.kube.api import KubeAPI
 from exporter.kube.convert import lease_info, node_info, pod_info
@@ -45,15 +44,9 @@ class AgentAPIView:
         self._informers = (self._node, self._lease, self._pods)
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self._informers]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        async with asyncio.TaskGroup() as group:
+            for informer in self._informers:
+                group.create_task(informer.run(), name=f"informer {informer.name}")
 
     @property
     def synced(self) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +27,7 @@ from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.selfmetrics import build_info_family, start_family
 from exporter.settings import AgentSettings
+from exporter.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +74,15 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     app[SYNC] = sync
     static = [build_info_family(__version__), start_family(time.time())]
     registry.register(SnapshotCollector(lambda: [*static, *agent_families(sync.state)]))
-    tasks = [asyncio.create_task(sync.run(settings.sync_period), name="agent-sync")]
+    tasks: list[asyncio.Task[object]] = [
+        asyncio.create_task(sync.run(settings.sync_period), name="agent-sync")
+    ]
     if view is not None:
         tasks.append(asyncio.create_task(view.run(), name="agent-api-view"))
     try:
         yield
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(tasks)
         await kubelet.close()
         await client.close()
         if api is not None:
