@@ -20,10 +20,10 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app
-from exporter.settings import AgentSettings
 from exporter.sim.apiserver.server import APIServer
 from exporter.sim.containerd import LocalContainerd
 from exporter.sim.runtime_pods import ContainerSpec, remove_pod, run_pod
+from tests.agent.settings import agent_settings
 from tests.metrics.exposition import labels, series
 
 pytestmark = pytest.mark.containerd
@@ -87,18 +87,10 @@ async def env(
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         kubelet_root = tmp_path / "kubelet"
         (kubelet_root / "pods").mkdir(parents=True)
-        settings = AgentSettings(
-            cri_endpoint=containerd.endpoint,
-            listen_host="127.0.0.1",
-            listen_port=0,
-            sync_period=0.2,
-            cri_timeout=0.5,
-            kubelet_root_dir=str(kubelet_root),
-            containerd_root=str(containerd.root),
-            kubelet_healthz_url=f"http://127.0.0.1:{unused_tcp_port}/healthz",
-            kubelet_timeout=0.5,
-            log_format="text",
-            log_level="info",
+        settings = agent_settings(
+            containerd,
+            kubelet_root,
+            unused_tcp_port,
             node_name=NODE,
             kubeconfig=str(kubeconfig),
             api_initial_jitter=0.0,
@@ -226,18 +218,10 @@ async def test_without_api_server_the_agent_reports_the_source_down(
     unused_tcp_port: int,
     aiohttp_client: Callable[..., Awaitable[TestClient]],
 ) -> None:
-    settings = AgentSettings(
-        cri_endpoint=containerd.endpoint,
-        listen_host="127.0.0.1",
-        listen_port=0,
-        sync_period=0.2,
-        cri_timeout=0.5,
-        kubelet_root_dir=str(tmp_path),
-        containerd_root=str(containerd.root),
-        kubelet_healthz_url=f"http://127.0.0.1:{unused_tcp_port}/healthz",
-        kubelet_timeout=0.5,
-        log_format="text",
-        log_level="info",
+    settings = agent_settings(
+        containerd,
+        tmp_path,
+        unused_tcp_port,
         node_name=NODE,
         kubeconfig=str(tmp_path / "missing-kubeconfig"),
     )

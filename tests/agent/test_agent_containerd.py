@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app
 from exporter.model.runtime import ContainerState
-from exporter.settings import AgentSettings
 from exporter.sim.containerd import LocalContainerd
 from exporter.sim.runtime_pods import MixedPod, restart_container, run_mixed_pod, wait_for_state
+from tests.agent.settings import agent_settings
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
@@ -33,22 +33,6 @@ CRI_TIMEOUT = 0.5
 Scrape = Callable[[], Awaitable[str]]
 
 
-def _settings(containerd: LocalContainerd, kubelet_root: Path, closed_port: int) -> AgentSettings:
-    return AgentSettings(
-        cri_endpoint=containerd.endpoint,
-        listen_host="127.0.0.1",
-        listen_port=0,
-        sync_period=SYNC_PERIOD,
-        cri_timeout=CRI_TIMEOUT,
-        kubelet_root_dir=str(kubelet_root),
-        containerd_root=str(containerd.root),
-        kubelet_healthz_url=f"http://127.0.0.1:{closed_port}/healthz",
-        kubelet_timeout=0.5,
-        log_format="text",
-        log_level="info",
-    )
-
-
 @pytest.fixture
 async def agent(
     containerd: LocalContainerd,
@@ -56,7 +40,7 @@ async def agent(
     unused_tcp_port: int,
     aiohttp_client: Callable[..., Awaitable[TestClient]],
 ) -> TestClient:
-    app = make_app(_settings(containerd, tmp_path, unused_tcp_port), CollectorRegistry())
+    app = make_app(agent_settings(containerd, tmp_path, unused_tcp_port), CollectorRegistry())
     return await aiohttp_client(app)
 
 
