@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 
 # The label that tells the hook what to do (set by nodesync's alerting rules).
 ACTION_LABEL = "nodesync_action"
+# The label that names the node an alert is about.
+NODE_LABEL = "node"
+
+FIRING = "firing"
+RESOLVED = "resolved"
+ALERT_STATUSES = frozenset({FIRING, RESOLVED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,10 @@ class Alert:
     @property
     def action(self) -> str:
         return self.labels.get(ACTION_LABEL, "")
+
+    @property
+    def node(self) -> str:
+        return self.labels.get(NODE_LABEL, "")
 
 
 @dataclass(frozen=True, slots=True)
