@@ -10,6 +10,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+# nodesync's own taint on a node it rolls back (the key is exporter.model.kube.TAINT_NODESYNC).
+ROLLBACK_TAINT_EFFECT = "NoSchedule"
+
+# The cleanup handshake with the node's agent: the controller sets the request annotation to a
+# request id; the agent answers in the status annotation (JSON with the same id).
+CLEANUP_REQUEST_ANNOTATION = "nodesync.io/cleanup-request"
+CLEANUP_STATUS_ANNOTATION = "nodesync.io/cleanup-status"
+
 
 class Action(enum.Enum):
     """The ``nodesync_action`` label of an alert."""
@@ -64,6 +72,7 @@ class Plan:
     alert_fingerprint: str
     alert_starts_at: float
     wave: str = ""
+    node_uid: str = ""  # the node's uid when planned: a node re-created under its name is not it
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +81,9 @@ class Refusal:
 
     reason: str
     detail: str
+
+
+def cleanup_request_id(plan_id: object) -> str:
+    """The cleanup request id of a plan: derived from the plan id only, so setting the request
+    annotation again after a restart writes the same value (a no-op)."""
+    return f"nodesync-plan-{plan_id}"

@@ -1,0 +1,94 @@
+"""From one alert to a plan: which steps, on which node or pod (pure).
+
+The alert's ``nodesync_action`` label says what to do (nodesync's alerting rules set it):
+
+- ``rollback_node``: cordon, taint ``nodesync.io/rollback:NoSchedule``, drain, clean up the
+  runtime, verify, and delete the Node when ``delete_nodes`` is set; for the ``node`` label.
+- ``evict_pod``: evict the pod named by the ``namespace`` and ``pod`` labels, on ``node``.
+- ``cleanup_orphans``: clean up the runtime of ``node`` and verify.
+- ``none``, a missing or an unknown action: nothing (a refusal says why).
+
+The planner only decides what an alert asks for; whether it may be done is the guards' job
+(exporter.model.guards), and whether it is still needed is re-checked before every step.
+"""
+
+from __future__ import annotations
+
+from exporter.model.alerts import Alert
+from exporter.model.clusterview import ClusterView
+from exporter.model.plan import Action, Plan, Refusal, Step, StepKind
+
+NODE_LABEL = "node"
+NAMESPACE_LABEL = "namespace"
+POD_LABEL = "pod"
+
+# Refusal reasons of the planner (bounded: they are metric label values).
+RESOLVED = "resolved"
+NO_ACTION = "no_action"
+UNKNOWN_ACTION = "unknown_action"
+MISSING_LABEL = "missing_label"
+UNKNOWN_NODE = "unknown_node"
+
+REASONS = (RESOLVED, NO_ACTION, UNKNOWN_ACTION, MISSING_LABEL, UNKNOWN_NODE)
+
+_MAX_DETAIL_VALUE = 80
+
+
+def _shown(value: str) -> str:
+    """A label value as it appears in a detail message, cut to a bounded length."""
+    return value if len(value) <= _MAX_DETAIL_VALUE else value[: _MAX_DETAIL_VALUE - 3] + "..."
+
+
+def _rollback_steps(node: str, *, delete_nodes: bool) -> tuple[Step, ...]:
+    kinds = [
+        StepKind.CORDON,
+        StepKind.TAINT,
+        StepKind.DRAIN,
+        StepKind.CLEANUP_RUNTIME,
+        StepKind.VERIFY,
+    ]
+    if delete_nodes:
+        kinds.append(StepKind.DELETE_NODE)
+    return tuple(Step(kind=k, node=node) for k in kinds)
+
+
+def plan_alert(alert: Alert, view: ClusterView, *, delete_nodes: bool) -> Plan | Refusal:
+    """The plan for one alert, or a refusal with a bounded reason and a human detail."""
+    if alert.status != "firing":
+        return Refusal(RESOLVED, f"the alert is {_shown(alert.status) or 'not firing'}")
+    raw_action = alert.action
+    if not raw_action:
+        return Refusal(NO_ACTION, "the alert has no nodesync_action label")
+    try:
+        action = Action(raw_action)
+    except ValueError:
+        return Refusal(UNKNOWN_ACTION, f"unknown nodesync_action {_shown(raw_action)!r}")
+    if action is Action.NONE:
+        return Refusal(NO_ACTION, "nodesync_action is 'none': report only")
+    node_name = alert.labels.get(NODE_LABEL, "")
+    if not node_name:
+        return Refusal(MISSING_LABEL, "the alert has no node label")
+    node = view.node(node_name)
+    if node is None:
+        return Refusal(UNKNOWN_NODE, f"node {_shown(node_name)!r} does not exist")
+    if action is Action.ROLLBACK_NODE:
+        steps = _rollback_steps(node_name, delete_nodes=delete_nodes)
+    elif action is Action.EVICT_POD:
+        namespace = alert.labels.get(NAMESPACE_LABEL, "")
+        pod = alert.labels.get(POD_LABEL, "")
+        if not namespace or not pod:
+            return Refusal(MISSING_LABEL, "an evict_pod alert needs namespace and pod labels")
+        steps = (Step(kind=StepKind.EVICT_POD, node=node_name, namespace=namespace, pod=pod),)
+    else:  # Action.CLEANUP_ORPHANS
+        steps = (
+            Step(kind=StepKind.CLEANUP_RUNTIME, node=node_name),
+            Step(kind=StepKind.VERIFY, node=node_name),
+        )
+    return Plan(
+        action=action,
+        node=node_name,
+        steps=steps,
+        alert_fingerprint=alert.fingerprint,
+        alert_starts_at=alert.starts_at,
+        wave=node.wave_id,
+    )
