@@ -37,8 +37,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from exporter.model.clusterview import ClusterView, NodeView
-from exporter.model.kube import NodeCondition
+from exporter.model.clusterview import (
+    CONTROL_PLANE_LABELS,
+    OTHER_REMEDIATOR_TAINTS,
+    PROTECTED_LABEL,
+    ClusterView,
+    NodeView,
+)
+from exporter.model.kube import NodeCondition, NodeInfo
 from exporter.model.plan import Action, Plan, Refusal
 
 CONTROL_PLANE = "control_plane"
@@ -301,14 +307,26 @@ def budget(view: ClusterView, state: GuardState, policy: GuardPolicy, now: float
 # ---------------------------------------------------------------- evaluate
 
 
-def _never_touch(node: NodeView) -> Refusal | None:
-    if node.control_plane:
-        return Refusal(CONTROL_PLANE, f"node {node.name} is a control-plane node")
-    if node.protected:
-        return Refusal(PROTECTED, f"node {node.name} is labelled nodesync.io/protected=true")
-    if node.owned_by_other_remediator:
-        return Refusal(OTHER_REMEDIATOR, f"node {node.name} carries another remediator's taint")
+def _never_touch(
+    name: str, control_plane: bool, protected: bool, other_remediator: bool
+) -> Refusal | None:
+    if control_plane:
+        return Refusal(CONTROL_PLANE, f"node {name} is a control-plane node")
+    if protected:
+        return Refusal(PROTECTED, f"node {name} is labelled {PROTECTED_LABEL}=true")
+    if other_remediator:
+        return Refusal(OTHER_REMEDIATOR, f"node {name} carries another remediator's taint")
     return None
+
+
+def never_touch(node: NodeInfo) -> Refusal | None:
+    """The same as the view's flags, for a Node read live (re-checked before every step)."""
+    return _never_touch(
+        node.name,
+        any(label in node.labels for label in CONTROL_PLANE_LABELS),
+        node.labels.get(PROTECTED_LABEL) == "true",
+        any(t.key in OTHER_REMEDIATOR_TAINTS for t in node.taints),
+    )
 
 
 def evaluate(
@@ -318,7 +336,9 @@ def evaluate(
     node = view.node(plan.node)
     if node is None:
         return Refusal(UNKNOWN_NODE, f"node {plan.node} does not exist")
-    refusal = _never_touch(node)
+    refusal = _never_touch(
+        node.name, node.control_plane, node.protected, node.owned_by_other_remediator
+    )
     if refusal is not None:
         return refusal
     if not in_scaleout_window(node, plan.alert_starts_at, now, policy):

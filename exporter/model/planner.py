@@ -14,11 +14,10 @@ The planner only decides what an alert asks for; whether it may be done is the g
 
 from __future__ import annotations
 
-from exporter.model.alerts import Alert
+from exporter.model.alerts import FIRING, NODE_LABEL, Alert
 from exporter.model.clusterview import ClusterView
 from exporter.model.plan import Action, Plan, Refusal, Step, StepKind
 
-NODE_LABEL = "node"
 NAMESPACE_LABEL = "namespace"
 POD_LABEL = "pod"
 
@@ -54,7 +53,7 @@ def _rollback_steps(node: str, *, delete_nodes: bool) -> tuple[Step, ...]:
 
 def plan_alert(alert: Alert, view: ClusterView, *, delete_nodes: bool) -> Plan | Refusal:
     """The plan for one alert, or a refusal with a bounded reason and a human detail."""
-    if alert.status != "firing":
+    if alert.status != FIRING:
         return Refusal(RESOLVED, f"the alert is {_shown(alert.status) or 'not firing'}")
     raw_action = alert.action
     if not raw_action:

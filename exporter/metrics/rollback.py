@@ -1,0 +1,125 @@
+"""Metric families of the rollback hook's executor: what it did, what the guards refused, and
+the budget and state it works with.
+
+Counts are kept here as plain numbers and rendered at scrape time with the gauges, which the
+executor reports through ``RollbackStatus`` (pure: no I/O, the caller hands the state in).
+Every label takes values from a fixed set, and every combination exists from the start (0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+# ``action``: the step kinds (exporter.model.plan.StepKind values), and ``undo`` for giving a
+# node that recovered before it was drained back to the scheduler.
+ACTIONS = (
+    "cordon",
+    "taint",
+    "drain",
+    "evict_pod",
+    "cleanup_runtime",
+    "verify",
+    "delete_node",
+    "undo",
+)
+# ``result``: the step's outcome; ``dry_run`` for a step planned in a dry run (nothing written).
+RESULTS = ("done", "skipped", "failed", "dry_run")
+
+BUDGET_ABSOLUTE = "absolute"
+BUDGET_WAVE_FRACTION = "wave_fraction"
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackStatus:
+    """The executor's state at scrape time. None: unknown now (the series is absent)."""
+
+    plans_in_progress: int
+    leader: bool
+    paused: bool | None  # None until the cluster view is complete
+    budget_absolute: int | None
+    budget_wave_fraction: int | None  # the smallest budget left among the waves at risk
+    api_write_tokens: float | None
+
+
+class RollbackMetrics:
+    """The counters; ``families(status)`` renders them with the gauges."""
+
+    def __init__(self, refusal_reasons: Iterable[str]) -> None:
+        self._actions = {(a, r): 0 for a in ACTIONS for r in RESULTS}
+        self._refusals = dict.fromkeys(refusal_reasons, 0)
+
+    def action(self, action: str, result: str) -> None:
+        key = (action, result)
+        if key not in self._actions:
+            raise ValueError(f"unknown action {action!r} or result {result!r}")
+        self._actions[key] += 1
+
+    def refusal(self, reason: str) -> None:
+        if reason not in self._refusals:
+            raise ValueError(f"unknown refusal reason {reason!r}")
+        self._refusals[reason] += 1
+
+    def actions(self, action: str, result: str) -> int:
+        return self._actions[(action, result)]
+
+    def refusals(self, reason: str) -> int:
+        return self._refusals[reason]
+
+    def families(self, status: RollbackStatus) -> list[Metric]:
+        actions = CounterMetricFamily(
+            "nodesync_actions",
+            "Rollback steps the executor finished, by step and outcome.",
+            labels=["action", "result"],
+        )
+        for (action, result), n in sorted(self._actions.items()):
+            actions.add_metric([action, result], n)
+        refusals = CounterMetricFamily(
+            "nodesync_guard_refusals",
+            "Alerts the planner or a guard refused (or held back), by reason.",
+            labels=["reason"],
+        )
+        for reason, n in sorted(self._refusals.items()):
+            refusals.add_metric([reason], n)
+        in_progress = GaugeMetricFamily(
+            "nodesync_plans_in_progress",
+            "Plans accepted and not finished (pending or running).",
+            value=status.plans_in_progress,
+        )
+        leader = GaugeMetricFamily(
+            "nodesync_executor_leader",
+            "1 while this controller is the one executing plans, else 0.",
+            value=1.0 if status.leader else 0.0,
+        )
+        families: list[Metric] = [actions, refusals, in_progress, leader]
+        if status.paused is not None:
+            families.append(
+                GaugeMetricFamily(
+                    "nodesync_rollbacks_paused",
+                    "1 while the correlated-failure guard holds every rollback back, else 0.",
+                    value=1.0 if status.paused else 0.0,
+                )
+            )
+        budget = GaugeMetricFamily(
+            "nodesync_rollback_budget_remaining",
+            "Node rollbacks the blast-radius guards still allow (absolute: within the sliding "
+            "window; wave_fraction: the smallest left among the waves at risk).",
+            labels=["kind"],
+        )
+        if status.budget_absolute is not None:
+            budget.add_metric([BUDGET_ABSOLUTE], status.budget_absolute)
+        if status.budget_wave_fraction is not None:
+            budget.add_metric([BUDGET_WAVE_FRACTION], status.budget_wave_fraction)
+        families.append(budget)
+        if status.api_write_tokens is not None:
+            families.append(
+                GaugeMetricFamily(
+                    "nodesync_api_write_tokens",
+                    "API write tokens left in the controller's token bucket (--api-burst at "
+                    "most, refilled at --api-qps).",
+                    value=status.api_write_tokens,
+                )
+            )
+        return families
