@@ -1,0 +1,357 @@
+"""A small real cluster for the dashboards: a real containerd, the real agent and controller
+apps against the test API server, and a real Prometheus that scrapes both and loads rules/*.yml.
+
+The cluster (times relative to the start):
+
+- ``node-c``: an old, established control-plane node (joined 2 h ago, Ready, fresh Lease).
+- ``node-b``: a failed join of wave ``wave-7`` (joined 15 min ago, NotReady for 13 min, Lease
+  stale, cordoned and tainted by nodesync): NodesyncNewNodeNotReady goes pending.
+- ``node-a``: the healthy node of wave ``wave-7`` (joined 5 min ago, Ready), with the agent on a
+  real containerd. The API server binds pods to it: ``web`` (runs), ``mixed`` (runs the four
+  containers of :class:`~exporter.sim.runtime_pods.MixedPod`; the API reports a crash-looping
+  container), ``stuck`` (Pending for 5 min, no sandbox: missing-sandbox drift). containerd also
+  runs ``gone``, a pod the API does not know (orphan-sandbox drift), and kubelet's pods dir holds
+  a directory nobody knows (kubelet-only drift). The OOM container is restarted twice (an OOM
+  loop and a crash loop in the runtime), containerd is frozen until the agent's CRI calls time
+  out (DEADLINE_EXCEEDED errors), and the agent's first pod list is answered with a 500.
+
+The apps run in an event loop of their own thread, so tests can block on Prometheus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from exporter.agent.app import make_app as make_agent_app
+from exporter.controller.app import make_app as make_controller_app
+from exporter.controller.settings import ControllerSettings
+from exporter.model.runtime import ContainerState
+from exporter.settings import AgentSettings
+from exporter.sim.apiserver import APIServer
+from exporter.sim.apiserver.store import Store
+from exporter.sim.containerd import LocalContainerd
+from exporter.sim.prometheus import LocalPrometheus
+from exporter.sim.runtime_pods import (
+    ContainerSpec,
+    MixedPod,
+    restart_container,
+    run_mixed_pod,
+    run_pod,
+    wait_for_state,
+)
+from tests.metrics.exposition import labels, series
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE_FILES = sorted((ROOT / "rules").glob("*.yml"))
+
+NODE = "node-a"
+FAILED_NODE = "node-b"
+OLD_NODE = "node-c"
+NODES = (NODE, FAILED_NODE, OLD_NODE)
+WAVE_LABEL = "example.com/scale-out"
+NAMESPACE = "default"
+LEASES = "kube-node-lease"
+
+T = TypeVar("T")
+
+
+@dataclass
+class OffsetClock:
+    """The API server's clock: real time minus ``offset`` seconds (creation times)."""
+
+    offset: float = 0.0
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) - timedelta(seconds=self.offset)
+
+
+def _rfc3339(seconds_ago: float, *, micro: bool = False) -> str:
+    moment = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def _node(name: str, *, ready: str, since: float, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": ready,
+                    "reason": "KubeletReady" if ready == "True" else "KubeletNotReady",
+                    "lastTransitionTime": _rfc3339(since),
+                    "lastHeartbeatTime": _rfc3339(since),
+                },
+                {"type": "DiskPressure", "status": "False", "lastTransitionTime": _rfc3339(since)},
+            ]
+        },
+    }
+
+
+def _lease(name: str, renewed_ago: float) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": 40,
+            "renewTime": _rfc3339(renewed_ago, micro=True),
+        },
+    }
+
+
+def _pod(name: str, status: dict[str, Any], containers: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": c, "image": "busybox"} for c in containers],
+        },
+        "status": status,
+    }
+
+
+def _mixed_status() -> dict[str, Any]:
+    running = {"running": {"startedAt": _rfc3339(200)}}
+    return {
+        "phase": "Running",
+        "containerStatuses": [
+            {"name": MixedPod.RUNNING, "state": running, "restartCount": 0, "ready": True},
+            {
+                "name": MixedPod.ERROR,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
+                "restartCount": 4,
+                "ready": False,
+            },
+        ],
+    }
+
+
+def _stuck_status() -> dict[str, Any]:
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": _rfc3339(300)}
+        ],
+        "containerStatuses": [
+            {
+                "name": "app",
+                "state": {"waiting": {"reason": "ImagePullBackOff"}},
+                "restartCount": 0,
+                "ready": False,
+            }
+        ],
+    }
+
+
+class LoopThread:
+    """An asyncio event loop running in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.run(self.loop.shutdown_asyncgens(), 10.0)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10.0)
+        self.loop.close()
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, int(runner.addresses[0][1])
+
+
+@dataclass
+class Scenario:
+    """The running cluster; :meth:`start` builds it, :meth:`close` removes every trace."""
+
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nodesync-dash-")))
+    containerd: LocalContainerd = field(default_factory=LocalContainerd)
+    clock: OffsetClock = field(default_factory=OffsetClock)
+    prometheus: LocalPrometheus | None = None
+    agent_port: int = 0
+    controller_port: int = 0
+    _thread: LoopThread | None = None
+    _api: APIServer | None = None
+    _runners: list[web.AppRunner] = field(default_factory=list)
+
+    @property
+    def prom(self) -> LocalPrometheus:
+        assert self.prometheus is not None
+        return self.prometheus
+
+    def start(self) -> None:
+        self.containerd.start()
+        self._thread = LoopThread()
+        uids = self._thread.run(self._start_apps())
+        self.prometheus = LocalPrometheus(
+            [
+                {
+                    "job_name": "nodesync-agent",
+                    "static_configs": [
+                        {"targets": [f"127.0.0.1:{self.agent_port}"], "labels": {"node": NODE}}
+                    ],
+                },
+                {
+                    "job_name": "nodesync-controller",
+                    "static_configs": [{"targets": [f"127.0.0.1:{self.controller_port}"]}],
+                },
+            ],
+            RULE_FILES,
+        )
+        self.prometheus.start()
+        # Prometheus scrapes for the first time ~5 s from now: run the pods meanwhile.
+        self._thread.run(self._run_workload(uids), timeout=90.0)
+        self.prometheus.wait_for_targets(timeout=30.0)
+
+    async def _start_apps(self) -> dict[str, str]:
+        self._api = api = APIServer(store=Store(clock=self.clock), bookmark_interval=0.5)
+        await api.start()
+        store = api.store
+        for name, joined, ready, since, renewed, node_labels in (
+            (OLD_NODE, 7200, "True", 7000, 0, {"node-role.kubernetes.io/control-plane": ""}),
+            (FAILED_NODE, 900, "False", 800, 820, {WAVE_LABEL: "wave-7"}),
+            (NODE, 300, "True", 250, 0, {WAVE_LABEL: "wave-7"}),
+        ):
+            self.clock.offset = joined
+            node = _node(name, ready=ready, since=since, labels=node_labels)
+            if name == FAILED_NODE:
+                node["spec"] = {
+                    "unschedulable": True,
+                    "taints": [{"key": "nodesync.io/rollback", "effect": "NoSchedule"}],
+                }
+            store.create("nodes", node)
+            store.create("leases", _lease(name, renewed), namespace=LEASES)
+        self.clock.offset = 0.0
+        uids = {}
+        for name, status, containers in (
+            ("web", {"phase": "Running"}, ["app"]),
+            ("mixed", _mixed_status(), [MixedPod.RUNNING, MixedPod.ERROR]),
+            ("stuck", _stuck_status(), ["app"]),
+        ):
+            created = store.create("pods", _pod(name, status, containers), namespace=NAMESPACE)
+            uids[name] = str(created["metadata"]["uid"])
+        # The agent's first list of its pods fails: an API error on the dashboards.
+        api.faults.fail_next(1, 500, path_prefix="/api/v1/pods", verb="list")
+
+        kubeconfig = str(api.write_kubeconfig(self.workdir / "kubeconfig"))
+        kubelet_root = self.workdir / "kubelet"
+        (kubelet_root / "pods" / str(uuid.uuid4())).mkdir(parents=True)
+        agent = make_agent_app(
+            AgentSettings(
+                cri_endpoint=self.containerd.endpoint,
+                listen_host="127.0.0.1",
+                listen_port=0,
+                sync_period=0.2,
+                cri_timeout=0.5,
+                kubelet_root_dir=str(kubelet_root),
+                containerd_root=str(self.containerd.root),
+                kubelet_healthz_url="http://127.0.0.1:1/healthz",
+                kubelet_timeout=0.5,
+                log_format="text",
+                log_level="warning",
+                node_name=NODE,
+                kubeconfig=kubeconfig,
+                api_initial_jitter=0.0,
+                drift_grace_period=0.5,
+            ),
+            CollectorRegistry(),
+        )
+        controller = make_controller_app(
+            ControllerSettings(
+                listen_host="127.0.0.1",
+                listen_port=0,
+                kubeconfig=kubeconfig,
+                wave_label=WAVE_LABEL,
+                wave_gap=120.0,
+                log_level="warning",
+            ),
+            registry=CollectorRegistry(),
+        )
+        runner, self.agent_port = await _serve(agent)
+        self._runners.append(runner)
+        runner, self.controller_port = await _serve(controller)
+        self._runners.append(runner)
+        return uids
+
+    async def _scrape_agent(self) -> str:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{self.agent_port}/metrics") as response,
+        ):
+            return await response.text()
+
+    async def _agent_until(self, name: str, value: float, what: str, within: float = 20) -> None:
+        deadline = time.monotonic() + within
+        while series(await self._scrape_agent(), name).get(labels()) != value:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for the agent: {what}")
+            await asyncio.sleep(0.1)
+
+    async def _run_workload(self, uids: dict[str, str]) -> None:
+        endpoint = self.containerd.endpoint
+        sleeper = [ContainerSpec("app", ["/bin/sleep", "inf"])]
+        await run_pod(endpoint, "web", NAMESPACE, uids["web"], sleeper)
+        await run_pod(endpoint, "gone", NAMESPACE, str(uuid.uuid4()), sleeper)
+        mixed = await run_mixed_pod(endpoint, "mixed", NAMESPACE, uids["mixed"])
+        for _ in range(2):  # three OOM kills in all: an OOM loop and a crash loop
+            container = await restart_container(endpoint, mixed, MixedPod.OOM)
+            await wait_for_state(endpoint, container, ContainerState.EXITED)
+        # A frozen containerd accepts connections and answers nothing: CRI calls time out.
+        self.containerd.freeze()
+        try:
+            await self._agent_until("nodesync_cri_up", 0.0, "CRI calls to time out")
+        finally:
+            self.containerd.thaw()
+        await self._agent_until("nodesync_cri_up", 1.0, "the runtime to answer again")
+
+    def close(self) -> list[str]:
+        """Stop everything; returns what was left behind (empty when clean)."""
+        leftovers: list[str] = []
+        if self.prometheus is not None:
+            self.prometheus.cleanup()
+            leftovers += self.prometheus.leftovers()
+        if self._thread is not None:
+            self._thread.run(self._stop_apps())
+            self._thread.close()
+            self._thread = None
+        self.containerd.cleanup()
+        leftovers += self.containerd.leftovers()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.workdir.exists():
+            leftovers.append(f"directory {self.workdir}")
+        return leftovers
+
+    async def _stop_apps(self) -> None:
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+        if self._api is not None:
+            await self._api.stop()
+            self._api = None
