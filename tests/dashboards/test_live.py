@@ -28,18 +28,26 @@ from tests.support.prometheus import require_prometheus_binaries
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.containerd]
 
+_HOOK = "the scenario runs the controller without its rollback hook (webhook, executor)"
 NO_DATA: dict[str, str] = {
-    "scaleout-overview.json / Actions paused / B": (
-        "nodesync_rollbacks_paused comes from the controller's rollback hook, not built yet"
-    ),
+    "scaleout-overview.json / Actions paused / B": f"nodesync_rollbacks_paused: {_HOOK}",
     "scaleout-overview.json / Rollback budget remaining / A": (
-        "nodesync_rollback_budget_remaining comes from the rollback hook, not built yet"
+        f"nodesync_rollback_budget_remaining: {_HOOK}"
     ),
-    "scaleout-overview.json / Rollback actions / A": (
-        "nodesync_actions_total comes from the rollback hook, not built yet"
+    "scaleout-overview.json / Rollback actions / A": f"nodesync_actions_total: {_HOOK}",
+    "scaleout-overview.json / Guard refusals / A": f"nodesync_guard_refusals_total: {_HOOK}",
+    "scaleout-overview.json / Rollback executor / A": f"nodesync_plans_in_progress: {_HOOK}",
+    "scaleout-overview.json / Rollback executor / B": f"nodesync_executor_leader: {_HOOK}",
+    "scaleout-overview.json / Rollback executor / C": f"nodesync_api_write_tokens: {_HOOK}",
+    "scaleout-overview.json / Rollback plans by state / A": f"nodesync_journal_plans: {_HOOK}",
+    "scaleout-overview.json / Alertmanager webhook / A": (
+        f"nodesync_webhook_requests_total: {_HOOK}"
     ),
-    "scaleout-overview.json / Guard refusals / A": (
-        "nodesync_guard_refusals_total comes from the rollback hook, not built yet"
+    "scaleout-overview.json / Alertmanager webhook / B": (
+        f"nodesync_alerts_received_total: {_HOOK}"
+    ),
+    "scaleout-overview.json / Alertmanager webhook / C": (
+        f"nodesync_alert_duplicates_total: {_HOOK}"
     ),
 }
 """Queries that legitimately return nothing in the scenario: "<file> / <panel title> / <refId>"
