@@ -1,0 +1,299 @@
+"""``nodesync plan``: what the rollback hook would do with a webhook payload, against the live
+cluster, without changing anything.
+
+It reads an Alertmanager webhook payload (a file, or ``-`` for stdin), lists the Nodes and node
+Leases once (reads only), and runs each alert through the planner and the guards in the order of
+the payload, as the controller would with a fresh budget (the journal's earlier rollbacks are not
+counted; waves are judged from the nodes that exist now, so a wave that lost nodes counts fewer
+and its cap is smaller). It prints the plan or the refusal per alert, and the blast-radius budget
+those plans would use; ``--output json`` prints the same as one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from exporter.controller.hook_settings import add_guard_flags
+from exporter.kube.api import KubeAPI
+from exporter.kube.config import ConfigError, in_cluster_configuration, kubeconfig_configuration
+from exporter.kube.convert import ConversionError, lease_info, node_info
+from exporter.kube.errors import KubeError
+from exporter.kube.resources import LEASES, NODES
+from exporter.model.alerts import Alert, WebhookPayload
+from exporter.model.clusterview import ClusterView, build_view
+from exporter.model.guards import (
+    DEFERRING,
+    Budget,
+    CorrelatedFailure,
+    GuardPolicy,
+    GuardState,
+    budget,
+    correlated_failure,
+    evaluate,
+)
+from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
+from exporter.model.payload import PayloadError, parse_payload
+from exporter.model.plan import Plan, Refusal
+from exporter.model.planner import plan_alert
+from exporter.settings import FlagAdder, positive_duration
+
+PLAN = "plan"
+REFUSED = "refused"
+WAITS = "waits"
+
+
+def add_arguments(add: FlagAdder) -> None:
+    add.add(
+        "--payload",
+        default="-",
+        help="Alertmanager webhook payload (JSON) to plan for; - reads it from stdin",
+    )
+    add.add(
+        "--kubeconfig",
+        default="",
+        help="kubeconfig file to reach the API server; empty: the pod's service account",
+    )
+    add.add(
+        "--wave-label",
+        default="",
+        help="node label whose value names a node's scale-out wave; empty: waves by creation time",
+    )
+    add.add(
+        "--wave-gap",
+        default="2m",
+        type=positive_duration,
+        help="nodes created at most this long after the previous one join its scale-out wave",
+    )
+    add_guard_flags(add)
+    add.add(
+        "--output",
+        default="text",
+        choices=["text", "json"],
+        help="text for people, json for tools",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    alert: Alert
+    outcome: Plan | Refusal
+    decision: str  # plan, refused or waits
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    decisions: tuple[Decision, ...]
+    budget: Budget
+    correlated: CorrelatedFailure
+    policy: GuardPolicy
+    delete_nodes: bool
+
+
+def policy_from_args(args: argparse.Namespace) -> GuardPolicy:
+    return GuardPolicy(
+        scaleout_window=args.scaleout_window,
+        max_rollbacks=args.max_rollbacks,
+        max_rollbacks_window=args.max_rollbacks_window,
+        max_rollback_fraction=args.max_rollback_fraction,
+        correlated_failure_fraction=args.correlated_failure_fraction,
+        correlated_failure_min_nodes=args.correlated_failure_min_nodes,
+        node_monitor_grace_period=args.node_monitor_grace_period,
+    )
+
+
+def decide(
+    alerts: Iterable[Alert],
+    view: ClusterView,
+    policy: GuardPolicy,
+    *,
+    delete_nodes: bool,
+    now: float,
+) -> Report:
+    """The planner and the guards over the alerts, in order, from a fresh budget (pure)."""
+    state = GuardState()
+    decisions = []
+    for i, alert in enumerate(alerts):
+        outcome = plan_alert(alert, view, delete_nodes=delete_nodes)
+        if isinstance(outcome, Refusal):
+            decisions.append(Decision(alert, outcome, REFUSED))
+            continue
+        refusal = evaluate(outcome, view, state, policy, now)
+        if refusal is not None:
+            decision = WAITS if refusal.reason in DEFERRING else REFUSED
+            decisions.append(Decision(alert, refusal, decision))
+            continue
+        state.accept(f"alert-{i}", outcome, now, running=False)
+        decisions.append(Decision(alert, outcome, PLAN))
+    return Report(
+        decisions=tuple(decisions),
+        budget=budget(view, state, policy, now),
+        correlated=correlated_failure(view, policy, now),
+        policy=policy,
+        delete_nodes=delete_nodes,
+    )
+
+
+# ---------------------------------------------------------------- output
+
+
+def _alert_json(d: Decision) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "fingerprint": d.alert.fingerprint,
+        "alertname": d.alert.labels.get("alertname", ""),
+        "status": d.alert.status,
+        "node": d.alert.node,
+        "action": d.alert.action,
+        "decision": d.decision,
+    }
+    if isinstance(d.outcome, Plan):
+        out["wave"] = d.outcome.wave
+        out["steps"] = [
+            {"kind": s.kind.value, "node": s.node, "namespace": s.namespace, "pod": s.pod}
+            for s in d.outcome.steps
+        ]
+    else:
+        out["reason"] = d.outcome.reason
+        out["detail"] = d.outcome.detail
+    return out
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    b = report.budget
+    return {
+        "alerts": [_alert_json(d) for d in report.decisions],
+        "budget": {
+            "absolute": {
+                "limit": b.absolute_limit,
+                "used": b.absolute_used,
+                "remaining": b.absolute_remaining,
+                "window_seconds": report.policy.max_rollbacks_window,
+            },
+            "waves": [
+                {
+                    "wave": w.wave,
+                    "size": w.size,
+                    "limit": w.limit,
+                    "used": w.used,
+                    "remaining": w.remaining,
+                }
+                for w in b.waves
+            ],
+        },
+        "correlated_failure": {
+            "established_nodes": report.correlated.established,
+            "failing": report.correlated.failing,
+            "paused": report.correlated.paused,
+        },
+        "delete_nodes": report.delete_nodes,
+    }
+
+
+def write_text(report: Report, out: TextIO) -> None:
+    counts = {
+        k: sum(1 for d in report.decisions if d.decision == k) for k in (PLAN, REFUSED, WAITS)
+    }
+    out.write(
+        f"{len(report.decisions)} alerts: {counts[PLAN]} planned, {counts[REFUSED]} refused, "
+        f"{counts[WAITS]} would wait. Nothing was changed.\n\n"
+    )
+    for d in report.decisions:
+        name = d.alert.labels.get("alertname", "") or "(no alertname)"
+        where = d.alert.node or "(no node)"
+        out.write(f"{name} {d.alert.fingerprint} on {where}: ")
+        if isinstance(d.outcome, Plan):
+            out.write(f"{d.outcome.action.value} (wave {d.outcome.wave})\n")
+            for n, step in enumerate(d.outcome.steps, 1):
+                target = f" {step.namespace}/{step.pod}" if step.pod else ""
+                out.write(f"  {n}. {step.kind.value} {step.node}{target}\n")
+        else:
+            verb = "would wait" if d.decision == WAITS else "refused"
+            out.write(f"{verb}: {d.outcome.reason}: {d.outcome.detail}\n")
+    b = report.budget
+    out.write(
+        f"\nBudget: {b.absolute_used} of {b.absolute_limit} node rollbacks within "
+        f"{report.policy.max_rollbacks_window:g} s ({b.absolute_remaining} left)\n"
+    )
+    for w in b.waves:
+        out.write(
+            f"  wave {w.wave}: {w.used} of {w.limit} ({report.policy.max_rollback_fraction:g} "
+            f"of {w.size} nodes), {w.remaining} left\n"
+        )
+    c = report.correlated
+    state = "PAUSED" if c.paused else "not paused"
+    out.write(
+        f"Correlated failure: {c.failing} of {c.established} established nodes failing: {state}\n"
+    )
+
+
+# ---------------------------------------------------------------- run
+
+
+def read_payload(path: str, stdin: TextIO) -> WebhookPayload:
+    """Raises PayloadError (or OSError for an unreadable file)."""
+    text = stdin.read() if path == "-" else Path(path).read_text()
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise PayloadError(f"malformed JSON: {exc}") from None
+    return parse_payload(body)
+
+
+async def read_cluster(
+    api: KubeAPI, *, wave_label: str | None, wave_gap: float, now: float
+) -> ClusterView:
+    nodes: list[NodeInfo] = []
+    for raw in (await api.list(NODES)).items:
+        try:
+            nodes.append(node_info(raw))
+        except ConversionError:
+            continue
+    leases: list[LeaseInfo] = []
+    for raw in (await api.list(LEASES, namespace=LEASE_NAMESPACE)).items:
+        try:
+            leases.append(lease_info(raw))
+        except ConversionError:
+            continue
+    return build_view(nodes, leases, wave_label=wave_label, gap_seconds=wave_gap, now=now)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """0 when every alert was judged; 2 for a bad payload or configuration; 1 when the API
+    server could not be read."""
+    try:
+        payload = read_payload(args.payload, sys.stdin)
+    except (PayloadError, OSError) as exc:
+        print(f"nodesync plan: cannot read the payload: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.kubeconfig:
+            configuration = await kubeconfig_configuration(args.kubeconfig)
+        else:
+            configuration = in_cluster_configuration()
+    except ConfigError as exc:
+        print(f"nodesync plan: cannot configure the API client: {exc}", file=sys.stderr)
+        return 2
+    now = time.time()
+    try:
+        async with KubeAPI(configuration) as api:
+            view = await read_cluster(
+                api, wave_label=args.wave_label or None, wave_gap=args.wave_gap, now=now
+            )
+    except KubeError as exc:
+        print(f"nodesync plan: cannot read the cluster: {exc}", file=sys.stderr)
+        return 1
+    report = decide(
+        payload.alerts, view, policy_from_args(args), delete_nodes=args.delete_nodes, now=now
+    )
+    if args.output == "json":
+        json.dump(report_json(report), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        write_text(report, sys.stdout)
+    return 0

@@ -1,0 +1,406 @@
+"""The rollback executor's test bench: the test API server, the real client, the cluster watch, a
+journal file, the writer and an executor, plus a stand-in for the nodes' agents.
+
+``Agent`` plays the node agent's side of the runtime cleanup handshake: it answers each
+``nodesync.io/cleanup-request`` annotation with a ``nodesync.io/cleanup-status`` of the same id,
+written into the API server's store directly, so the answers never count as API writes. The full
+run with a real containerd and the real agent is assembled elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.controller.cluster import ClusterWatch
+from exporter.controller.executor import REFUSAL_REASONS, Executor, Leadership
+from exporter.controller.hook_settings import HookSettings
+from exporter.controller.journal import Journal, PlanRecord
+from exporter.kube.api import KubeAPI
+from exporter.kube.ratelimit import AsyncRateLimiter
+from exporter.kube.writer import KubeWriter
+from exporter.metrics.rollback import RollbackMetrics
+from exporter.model.alerts import Alert, WebhookPayload
+from exporter.model.plan import (
+    CLEANUP_REQUEST_ANNOTATION,
+    CLEANUP_STATUS_ANNOTATION,
+    PlanState,
+)
+from exporter.sim.apiserver import APIServer
+from exporter.sim.apiserver.store import Store
+
+DAY = 86_400.0
+#: When the test alerts began firing (one value, so that every copy is the same episode).
+STARTED = float(int(time.time()) - 60)
+LEASES = "kube-node-lease"
+
+
+def rfc3339(t: float, *, micro: bool = False) -> str:
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ"
+    return datetime.fromtimestamp(t, UTC).strftime(fmt)
+
+
+@dataclass
+class Clock:
+    """The test API server's clock (creation timestamps): real time unless a test moves it."""
+
+    offset: float = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def __call__(self) -> datetime:
+        return datetime.fromtimestamp(self.now(), UTC)
+
+
+# ---------------------------------------------------------------- objects
+
+
+def node_object(
+    name: str,
+    *,
+    ready: str = "False",
+    since: float | None = None,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    transition = rfc3339(since if since is not None else time.time() - 30)
+    spec: dict[str, Any] = {}
+    if taints:
+        spec["taints"] = taints
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": ready,
+                    "reason": "KubeletReady" if ready == "True" else "KubeletNotReady",
+                    "lastTransitionTime": transition,
+                    "lastHeartbeatTime": transition,
+                }
+            ]
+        },
+    }
+
+
+def lease_object(name: str, renew: float) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": 40,
+            "renewTime": rfc3339(renew, micro=True),
+        },
+    }
+
+
+def pod_object(
+    name: str, node: str, *, owner: str = "ReplicaSet", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "default",
+        "labels": labels or {},
+        "ownerReferences": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": owner,
+                "name": f"{name}-owner",
+                "uid": f"{name}-owner-uid",
+                "controller": True,
+            }
+        ],
+    }
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def alert(
+    node: str,
+    action: str = "rollback_node",
+    *,
+    fingerprint: str | None = None,
+    status: str = "firing",
+    starts_at: float | None = None,
+    **labels: str,
+) -> Alert:
+    return Alert(
+        fingerprint=fingerprint or f"fp-{action}-{node}",
+        status=status,
+        labels={
+            "alertname": "NodesyncNewNodeNotReady",
+            "node": node,
+            "nodesync_action": action,
+            **labels,
+        },
+        starts_at=starts_at if starts_at is not None else STARTED,
+    )
+
+
+def payload(*alerts: Alert) -> WebhookPayload:
+    return WebhookPayload(
+        version="4",
+        group_key='{}:{alertname="NodesyncNewNodeNotReady"}',
+        status="firing" if any(a.status == "firing" for a in alerts) else "resolved",
+        receiver="nodesync",
+        alerts=tuple(alerts),
+    )
+
+
+# ---------------------------------------------------------------- the agent's side
+
+
+@dataclass
+class Agent:
+    """Answers cleanup requests in the store (see the module docstring). ``hold`` keeps it
+    from answering; ``state`` is what it reports."""
+
+    store: Store
+    hold: bool = False
+    state: str = "done"
+    answered: list[tuple[str, str]] = field(default_factory=list)
+
+    def answer_once(self) -> None:
+        if self.hold:
+            return
+        for obj in self.store.list("nodes"):
+            meta = obj["metadata"]
+            annotations = meta.get("annotations") or {}
+            request = annotations.get(CLEANUP_REQUEST_ANNOTATION)
+            if not request:
+                continue
+            status = annotations.get(CLEANUP_STATUS_ANNOTATION)
+            if status and json.loads(status).get("id") == request:
+                continue
+            answer = {
+                "id": request,
+                "state": self.state,
+                "removedSandboxes": 2,
+                "removedContainers": 3,
+                "finishedAt": rfc3339(time.time()),
+                "error": "" if self.state == "done" else "runtime unavailable",
+            }
+            self.store.patch(
+                "nodes",
+                meta["name"],
+                {"metadata": {"annotations": {CLEANUP_STATUS_ANNOTATION: json.dumps(answer)}}},
+            )
+            self.answered.append((meta["name"], request))
+
+    async def run(self) -> None:
+        while True:
+            self.answer_once()
+            await asyncio.sleep(0.02)
+
+
+# ---------------------------------------------------------------- the bench
+
+
+FAST = HookSettings(
+    eviction_timeout=0.5,
+    cleanup_timeout=10.0,
+    max_concurrent_rollbacks=10,
+)
+
+
+@dataclass
+class Bench:
+    server: APIServer
+    clock: Clock
+    api: KubeAPI
+    cluster: ClusterWatch
+    journal: Journal
+    journal_path: Path
+    agent: Agent
+
+    @property
+    def store(self) -> Store:
+        return self.server.store
+
+    # -- cluster
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        age: float = 120.0,
+        ready: str = "False",
+        lease_age: float | None = 5.0,
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        changed_ago: float | None = None,
+    ) -> None:
+        """A node created ``age`` seconds ago, NotReady unless ``ready``; its Ready condition
+        changed ``changed_ago`` seconds ago (default: 30 s after it joined); its Lease renewed
+        ``lease_age`` seconds ago (None: no Lease)."""
+        now = time.time()
+        since = now - changed_ago if changed_ago is not None else now - age + 30
+        self.clock.offset = -age
+        try:
+            self.store.create(
+                "nodes",
+                node_object(name, ready=ready, since=since, labels=labels, taints=taints),
+            )
+        finally:
+            self.clock.offset = 0.0
+        if lease_age is not None:
+            self.store.create("leases", lease_object(name, now - lease_age), namespace=LEASES)
+
+    def add_pod(self, name: str, node: str, **kw: Any) -> str:
+        created = self.store.create("pods", pod_object(name, node, **kw), namespace="default")
+        return str(created["metadata"]["uid"])
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.store.get("nodes", name)
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        found = [
+            e
+            for ns in ("default",)
+            for e in self.store.list("events", namespace=ns)
+            if reason is None or e.get("reason") == reason
+        ]
+        return sorted(found, key=lambda e: e["metadata"]["name"])
+
+    def event_reasons(self, name: str | None = None) -> list[str]:
+        return sorted(
+            e["reason"]
+            for e in self.events()
+            if name is None or e["involvedObject"]["name"] == name
+        )
+
+    async def wait_cluster(self, nodes: int) -> None:
+        await self.cluster.wait_synced()
+        await until(_count(self.cluster, nodes), f"{nodes} nodes in the cluster view")
+
+    # -- alerts
+
+    async def deliver(self, *alerts: Alert) -> None:
+        await self.journal.record(payload(*alerts), received_at=time.time())
+
+    # -- executor
+
+    def executor(
+        self,
+        settings: HookSettings = FAST,
+        *,
+        leadership: Leadership | None = None,
+        limiter: AsyncRateLimiter | None = None,
+        api: KubeAPI | None = None,
+        writer: KubeWriter | None = None,
+    ) -> Executor:
+        writer = writer or KubeWriter(api or self.api, limiter=limiter, dry_run=settings.dry_run)
+        return Executor(
+            self.journal,
+            writer,
+            self.cluster,
+            settings,
+            RollbackMetrics(REFUSAL_REASONS),
+            leadership=leadership,
+            limiter=limiter,
+            poll_interval=0.05,
+            cleanup_poll_interval=0.02,
+            retry_initial=0.01,
+            retry_max=0.05,
+        )
+
+    async def plans(self, *states: PlanState) -> list[PlanRecord]:
+        return await self.journal.plans(states or None)
+
+    async def settled(self, executor: Executor, within: float = 20.0) -> None:
+        """Run passes until every firing alert has a plan and no plan is pending or running
+        (deferred alerts stay deferred)."""
+
+        async def quiet() -> bool:
+            await executor.run_once()
+            await executor.wait_idle()
+            active = await self.journal.plans([PlanState.PENDING, PlanState.RUNNING])
+            unplanned = await self.journal.alerts_to_plan()
+            return not active and len(unplanned) == len(executor_deferred(executor))
+
+        await until(quiet, "the executor to settle", within)
+
+
+def executor_deferred(executor: Executor) -> dict[tuple[str, float], str]:
+    return executor._deferred
+
+
+def _count(cluster: ClusterWatch, n: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return len(cluster.view().nodes) == n
+
+    return check
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], what: str, within: float = 15.0) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not await predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within} s waiting for: {what}")
+        await asyncio.sleep(0.02)
+
+
+@asynccontextmanager
+async def running(executor: Executor) -> AsyncIterator[asyncio.Task[None]]:
+    """The executor's own loop, as a task, cancelled on exit."""
+    task = asyncio.create_task(executor.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@asynccontextmanager
+async def bench(tmp_path: Path) -> AsyncIterator[Bench]:
+    clock = Clock()
+    async with APIServer(store=Store(clock=clock), bookmark_interval=0.2) as server:
+        api = KubeAPI(server.aio_configuration())
+        cluster = ClusterWatch(api, wave_label=None, wave_gap=120.0)
+        journal_path = tmp_path / "journal.db"
+        journal = await Journal.open(str(journal_path))
+        agent = Agent(server.store)
+        agent_task = asyncio.create_task(agent.run())
+        cluster.start()
+        try:
+            yield Bench(server, clock, api, cluster, journal, journal_path, agent)
+        finally:
+            agent_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await agent_task
+            await cluster.stop()
+            await journal.close()
+            await api.close()
+
+
+def settings(**kw: Any) -> HookSettings:
+    return replace(FAST, **kw)
+
+
+def nodes_patched(server: APIServer) -> int:
+    return server.counters.count("patch", "nodes")
+
+
+def step_states(record: PlanRecord) -> list[tuple[str, str]]:
+    return [(s.step.kind.value, s.state.value) for s in record.steps]
+
+
+def names(records: Iterable[PlanRecord]) -> list[str]:
+    return sorted(r.node for r in records)
