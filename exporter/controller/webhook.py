@@ -1,0 +1,253 @@
+"""The Alertmanager webhook: ``POST /alerts`` on the controller, recording every alert in the
+journal before it answers 2xx.
+
+Alertmanager retries a notification only on a 5xx answer. So: 401/413/415/400 only for requests
+no retry can fix (auth, size, type, malformed payload); 503 when the journal cannot commit (locked,
+disk full, closed), so Alertmanager tries again; 500 for anything unexpected; 200 only once
+``Journal.record`` returned, i.e. the delivery is on disk. Every answer is JSON.
+
+Installed with ``make_app(settings, extensions=[webhook_extension(webhook_settings)])``: its
+cleanup context opens the journal (``app[JOURNAL]``) after the API client and the cluster watch,
+and closes it before them. After a delivery that brought new or resolved alerts the receiver sets
+``app[ALERTS_RECORDED]``; the executor waits for it, clears it, then reads the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import NoReturn
+
+from aiohttp import hdrs, web
+
+from exporter.controller.app import REGISTRY
+from exporter.controller.journal import Journal, JournalError, RecordResult
+from exporter.controller.webhook_settings import TOKEN_ENV, WebhookSettings
+from exporter.metrics.collector import SnapshotCollector
+from exporter.metrics.webhook import WebhookMetrics, journal_families
+from exporter.model.payload import PayloadError, parse_payload
+
+log = logging.getLogger(__name__)
+
+JOURNAL = web.AppKey("journal", Journal)
+ALERTS_RECORDED = web.AppKey("alerts_recorded", asyncio.Event)
+WEBHOOK_METRICS = web.AppKey("webhook_metrics", WebhookMetrics)
+WEBHOOK_SETTINGS = web.AppKey("webhook_settings", WebhookSettings)
+_TOKEN = web.AppKey("webhook_token", bytes)
+
+PATH = "/alerts"
+#: How often old journal entries are pruned (also once at start).
+PRUNE_INTERVAL = 3600.0
+_READ_CHUNK = 64 * 1024
+
+
+class WebhookConfigError(Exception):
+    """The webhook cannot start: no token, an unreadable token file, bad TLS files."""
+
+
+def load_token(settings: WebhookSettings) -> bytes:
+    """The bearer token, from the file or the environment (surrounding whitespace removed)."""
+    if settings.token_file:
+        try:
+            with open(settings.token_file, "rb") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            raise WebhookConfigError(
+                f"cannot read --webhook.token-file {settings.token_file}: {exc.strerror}"
+            ) from None
+        if not token:
+            raise WebhookConfigError(f"--webhook.token-file {settings.token_file} is empty")
+        return token
+    if settings.token:
+        return settings.token.encode()
+    raise WebhookConfigError(
+        f"the webhook needs a bearer token: set --webhook.token-file or {TOKEN_ENV}"
+    )
+
+
+def tls_context(settings: WebhookSettings) -> ssl.SSLContext | None:
+    """A server TLS context (TLS 1.2 or newer) for the controller's listener, or None."""
+    if not settings.tls:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise WebhookConfigError(
+            f"cannot load --webhook.tls-cert-file {settings.tls_cert_file} / "
+            f"--webhook.tls-key-file {settings.tls_key_file}: {exc}"
+        ) from None
+    return context
+
+
+def webhook_extension(settings: WebhookSettings) -> Callable[[web.Application], None]:
+    """Adds ``POST /alerts`` and the journal to the controller app. Reads the token file now,
+    before anything starts: WebhookConfigError if there is no usable token."""
+    token = load_token(settings)
+
+    def extend(app: web.Application) -> None:
+        app[WEBHOOK_SETTINGS] = settings
+        app[_TOKEN] = token
+        app[ALERTS_RECORDED] = asyncio.Event()
+        app[WEBHOOK_METRICS] = WebhookMetrics(app[REGISTRY])
+        app.cleanup_ctx.append(_journal_ctx)
+        app.router.add_route("*", PATH, receive_alerts)
+
+    return extend
+
+
+async def _journal_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[WEBHOOK_SETTINGS]
+    journal = await Journal.open(settings.journal_path, busy_timeout=settings.journal_busy_timeout)
+    app[JOURNAL] = journal
+    registry = app[REGISTRY]
+    collector = SnapshotCollector(
+        lambda: journal_families(
+            journal.last_counts.alerts, journal.last_counts.plans, journal.last_counts.deliveries
+        )
+    )
+    registry.register(collector)
+    pruning = asyncio.create_task(_prune(journal, settings.journal_retention))
+    log.info("webhook ready", extra={"path": PATH, "journal": settings.journal_path})
+    try:
+        yield
+    finally:
+        pruning.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pruning
+        registry.unregister(collector)
+        await journal.close()
+
+
+async def _prune(journal: Journal, retention: float) -> NoReturn:
+    while True:
+        try:
+            removed = await journal.prune(time.time() - retention)
+            if removed:
+                log.info("journal pruned", extra={"alerts_removed": removed})
+        except JournalError as exc:
+            log.warning("cannot prune the journal", extra={"error": str(exc)})
+        except Exception:
+            log.exception("pruning the journal failed")
+        await asyncio.sleep(PRUNE_INTERVAL)
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers or None)
+
+
+async def receive_alerts(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    try:
+        response = await _receive(request)
+    except Exception:
+        log.exception("webhook request failed")
+        response = _error(500, "internal error; see the controller's log")
+    request.app[WEBHOOK_METRICS].observe_request(response.status, time.perf_counter() - started)
+    return response
+
+
+def _authorized(request: web.Request) -> web.Response | None:
+    """None if the request carries the right bearer token, else the 401 to answer."""
+    header = request.headers.get(hdrs.AUTHORIZATION, "")
+    scheme, _, credentials = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        log.warning("webhook request without a bearer token", extra={"remote": request.remote})
+        return _error(401, "missing bearer token", **{hdrs.WWW_AUTHENTICATE: "Bearer"})
+    given = credentials.strip().encode("utf-8", "surrogateescape")
+    # compared as digests: equal lengths, so the time taken tells nothing about the token
+    expected = hashlib.sha256(request.app[_TOKEN]).digest()
+    if not hmac.compare_digest(hashlib.sha256(given).digest(), expected):
+        log.warning("webhook request with a wrong token", extra={"remote": request.remote})
+        return _error(
+            401, "invalid bearer token", **{hdrs.WWW_AUTHENTICATE: 'Bearer error="invalid_token"'}
+        )
+    return None
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes | None:
+    """The body, or None once it grows past ``limit`` (a chunked body has no length up front)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(_READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def _receive(request: web.Request) -> web.Response:
+    if request.method != hdrs.METH_POST:
+        return _error(405, f"use POST {PATH}", **{hdrs.ALLOW: hdrs.METH_POST})
+    refused = _authorized(request)
+    if refused is not None:
+        return refused
+    limit = request.app[WEBHOOK_SETTINGS].max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        return _error(413, f"the body is larger than {limit} bytes")
+    if request.content_type != "application/json":
+        return _error(415, f"Content-Type must be application/json, got {request.content_type}")
+    raw = await _read_body(request, limit)
+    if raw is None:
+        return _error(413, f"the body is larger than {limit} bytes")
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        return _error(400, f"malformed JSON: {exc}")
+    try:
+        payload = parse_payload(body)
+    except PayloadError as exc:
+        log.warning("malformed webhook payload", extra={"error": exc.message})
+        return _error(400, exc.message)
+    try:
+        result = await request.app[JOURNAL].record(payload, received_at=time.time())
+    except JournalError as exc:
+        log.error("cannot record alerts", extra={"error": str(exc)})
+        return _error(503, f"cannot record the alerts, retry later: {exc}")
+    _recorded(request.app, result)
+    log.info(
+        "alerts recorded",
+        extra={
+            "receiver": payload.receiver,
+            "group_key": payload.group_key,
+            "alerts": len(payload.alerts),
+            "new": result.new,
+            "duplicates": result.duplicates,
+            "resolved": result.resolved,
+            "truncated": result.truncated,
+        },
+    )
+    return web.json_response(
+        {
+            "status": "recorded",
+            "alerts": len(payload.alerts),
+            "new": result.new,
+            "duplicates": result.duplicates,
+            "resolved": result.resolved,
+            "truncated": result.truncated,
+        }
+    )
+
+
+def _recorded(app: web.Application, result: RecordResult) -> None:
+    app[WEBHOOK_METRICS].observe_record(
+        new_firing=result.new_firing,
+        resolved=result.resolved,
+        duplicates=result.duplicates,
+        truncated=result.truncated,
+    )
+    if result.new or result.resolved:
+        app[ALERTS_RECORDED].set()

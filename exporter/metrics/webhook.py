@@ -1,0 +1,98 @@
+"""The webhook's instruments (requests, alerts received once per key, duplicates, truncation) and
+the journal's gauges, built from its counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from exporter.model.alerts import FIRING, RESOLVED
+from exporter.model.plan import PlanState
+
+#: Every status code the webhook answers with (the ``code`` label's values).
+WEBHOOK_CODES: Final = ("200", "400", "401", "405", "413", "415", "500", "503")
+
+#: A request reads at most a megabyte and waits for one fsync (or for a lock, up to seconds).
+WEBHOOK_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class WebhookMetrics:
+    """Updated by the receiver: one ``observe_request`` per request, one ``observe_record`` per
+    delivery the journal accepted. Every label value exists from the start (at 0)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._requests = Counter(
+            "nodesync_webhook_requests_total",
+            "Requests to the Alertmanager webhook (POST /alerts), by status code.",
+            labelnames=["code"],
+            registry=registry,
+        )
+        self._duration = Histogram(
+            "nodesync_webhook_request_duration_seconds",
+            "Duration of webhook requests, from the handler's start to its answer.",
+            buckets=WEBHOOK_BUCKETS,
+            registry=registry,
+        )
+        self._received = Counter(
+            "nodesync_alerts_received_total",
+            "Alerts recorded in the journal: firing once per new alert (fingerprint and "
+            "startsAt), resolved once per resolution; re-sends are not counted.",
+            labelnames=["status"],
+            registry=registry,
+        )
+        self._duplicates = Counter(
+            "nodesync_alert_duplicates_total",
+            "Alert copies that changed nothing (group re-sends, HA duplicates, retries).",
+            registry=registry,
+        )
+        self._truncated = Counter(
+            "nodesync_alerts_truncated_total",
+            "Alerts Alertmanager left out of notifications (truncatedAlerts, over max_alerts).",
+            registry=registry,
+        )
+        for code in WEBHOOK_CODES:
+            self._requests.labels(code=code)
+        for status in (FIRING, RESOLVED):
+            self._received.labels(status=status)
+
+    def observe_request(self, code: int, seconds: float) -> None:
+        self._requests.labels(code=str(code)).inc()
+        self._duration.observe(seconds)
+
+    def observe_record(
+        self, *, new_firing: int, resolved: int, duplicates: int, truncated: int
+    ) -> None:
+        self._received.labels(status=FIRING).inc(new_firing)
+        self._received.labels(status=RESOLVED).inc(resolved)
+        self._duplicates.inc(duplicates)
+        self._truncated.inc(truncated)
+
+
+def journal_families(
+    alerts: Mapping[str, int], plans: Mapping[PlanState, int], deliveries: int
+) -> list[Metric]:
+    """The journal's content: alerts by status, plans by state (every state, 0 included), and
+    the deliveries kept."""
+    by_status = GaugeMetricFamily(
+        "nodesync_journal_alerts",
+        "Alerts in the journal, by status.",
+        labels=["status"],
+    )
+    for status in (FIRING, RESOLVED):
+        by_status.add_metric([status], float(alerts.get(status, 0)))
+    by_state = GaugeMetricFamily(
+        "nodesync_journal_plans",
+        "Plans in the journal, by state.",
+        labels=["state"],
+    )
+    for state in PlanState:
+        by_state.add_metric([state.value], float(plans.get(state, 0)))
+    kept = GaugeMetricFamily(
+        "nodesync_journal_deliveries",
+        "Webhook deliveries kept in the journal (its audit trail, within the retention).",
+        value=float(deliveries),
+    )
+    return [by_status, by_state, kept]
