@@ -247,7 +247,6 @@ def add_hook_flags(add: FlagAdder) -> None:
     add.add(
         "--leader-elect-identity",
         default="",
-        env="POD_NAME",
-        type=str,
-        help="this controller's identity in the leader Lease; empty: hostname and process id",
+        help="this controller's identity in the leader Lease (set it to the pod's name); "
+        "empty: hostname and process id",
     )
