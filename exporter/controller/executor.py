@@ -430,8 +430,9 @@ class Executor:
         for step_record in record.steps:
             if step_record.state in (StepState.DONE, StepState.SKIPPED):
                 continue
-            if step_record.state is StepState.FAILED:
-                stop = _Stop(PlanState.FAILED, step_record.detail)
+            if step_record.state is StepState.FAILED:  # the controller stopped right after it
+                stop = _Stop(PlanState.FAILED, f"{step_record.step.kind.value} failed")
+                await self._skip_rest(record, step_record.index, stop.reason)
                 break
             outcome = await self._run_step(record, step_record.index, step_record.attempts)
             if outcome.stop is not None:

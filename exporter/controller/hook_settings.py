@@ -219,8 +219,7 @@ def add_hook_flags(add: FlagAdder) -> None:
         "--eviction-timeout",
         default="2m",
         type=positive_duration,
-        help="how long an eviction a PodDisruptionBudget refuses is retried before the step "
-        "fails",
+        help="how long an eviction a PodDisruptionBudget refuses is retried before the step fails",
     )
     add.add(
         "--cleanup-timeout",

@@ -1,10 +1,12 @@
 """One step of a plan against the live cluster: re-check, act idempotently, say what happened.
 
 Before every step the Node is read again (an alert is a hint, not a command): a node that is
-gone, or was created again under its name after the plan was made, ends the plan (nothing left
-to do); a node that became protected, control-plane or another remediator's stops it; a node
-that recovered (Ready and its Lease fresh) before it was drained stops a rollback. Every action
-is idempotent, so a step that is run again after a restart changes nothing the first run did:
+gone, or was created again under its name after the plan was made (its creation time is later
+than the plan's: the API server's clock and the controller's are assumed to agree within the
+minutes a failing node needs to raise an alert), ends the plan (nothing left to do); a node
+that became protected, control-plane or another remediator's stops it; a node that recovered
+(Ready and its Lease fresh) before it was drained stops a rollback. Every action is idempotent,
+so a step that is run again after a restart changes nothing the first run did:
 
 - CORDON, TAINT: the writer does nothing when the node is already so (the step is DONE).
 - DRAIN: lists the pods bound to the node now and evicts each evictable one (not DaemonSet or

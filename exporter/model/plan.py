@@ -72,7 +72,6 @@ class Plan:
     alert_fingerprint: str
     alert_starts_at: float
     wave: str = ""
-    node_uid: str = ""  # the node's uid when planned: a node re-created under its name is not it
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,11 +16,14 @@ from pathlib import Path
 import pytest
 
 from exporter.controller.executor import Executor
+from exporter.kube.writer import KubeWriter
+from exporter.model.kube import Taint
 from exporter.model.plan import (
     CLEANUP_REQUEST_ANNOTATION,
     CLEANUP_STATUS_ANNOTATION,
     Plan,
     PlanState,
+    StepState,
     cleanup_request_id,
 )
 from exporter.model.planner import plan_alert
@@ -465,3 +468,72 @@ def _done(b: Bench, n: int) -> Callable[[], Awaitable[bool]]:
         return len(await b.plans(PlanState.DONE)) == n
 
     return check
+
+
+async def _saved_plan(b: Bench, node: str) -> int:
+    firing = alert(node)
+    await b.deliver(firing)
+    planned = plan_alert(firing, b.cluster.view(), delete_nodes=False)
+    assert isinstance(planned, Plan)
+    return await b.journal.save_plan(firing.key, planned, dry_run=False, state=PlanState.RUNNING)
+
+
+async def test_a_node_created_again_under_its_name_is_not_the_planned_node(b: Bench) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    await _saved_plan(b, "new-1")
+    b.store.delete("nodes", "new-1")
+    b.add_node("new-1", age=-2, lease_age=None)  # a new machine took the name after the plan
+    await b.settled(b.executor())
+    [plan] = await b.plans()
+    assert (plan.state, plan.reason) == (PlanState.DONE, "node_gone")
+    assert step_states(plan)[0] == ("cordon", "skipped")
+    assert "created again" in plan.steps[0].detail
+    assert nodes_patched(b.server) == 0
+    assert not b.node("new-1")["spec"].get("unschedulable")
+
+
+async def test_resumed_after_a_failed_step_the_plan_fails_without_acting(b: Bench) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    plan_id = await _saved_plan(b, "new-1")
+    await b.journal.update_step(plan_id, 0, StepState.DONE, "cordoned the node", 1)
+    await b.journal.update_step(plan_id, 1, StepState.FAILED, "API error", 5)
+    await b.settled(b.executor())
+    [plan] = await b.plans()
+    assert (plan.state, plan.reason) == (PlanState.FAILED, "taint failed")
+    assert [s for _, s in step_states(plan)] == ["done", "failed", "skipped", "skipped", "skipped"]
+    assert b.server.counters.writes() == 0
+
+
+async def test_a_recovered_node_is_given_back_when_the_plan_resumes(b: Bench) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    executor = b.executor()
+    plan_id = await _saved_plan(b, "new-1")
+    # cordoned and tainted by a controller that then stopped ...
+    writer = KubeWriter(b.api)
+    await writer.cordon("new-1")
+    await writer.add_taint("new-1", Taint("nodesync.io/rollback", "NoSchedule"))
+    await b.journal.update_step(plan_id, 0, StepState.DONE, "cordoned the node", 1)
+    await b.journal.update_step(plan_id, 1, StepState.DONE, "tainted", 1)
+    # ... and meanwhile the node recovered
+    obj = b.node("new-1")
+    obj["status"]["conditions"][0]["status"] = "True"
+    b.store.replace("nodes", obj, subresource="status")
+
+    async def ready_in_view() -> bool:
+        seen = b.cluster.view().node("new-1")
+        return seen is not None and seen.conditions[0].status == "True"
+
+    await until(ready_in_view, "the view to see the node Ready")
+    b.server.counters.reset()
+    await b.settled(executor)
+    [plan] = await b.plans()
+    assert (plan.state, plan.reason) == (PlanState.CANCELLED, "recovered")
+    node = b.node("new-1")
+    assert not node["spec"].get("unschedulable")
+    assert not node["spec"].get("taints")
+    assert nodes_patched(b.server) == 2
+    assert b.event_reasons("new-1") == ["NodesyncDrainSkipped", "NodesyncUndone"]
+    assert executor.metrics.actions("undo", "done") == 1

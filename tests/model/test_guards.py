@@ -20,6 +20,7 @@ from exporter.model.guards import (
     evaluate,
     failing_since,
     is_recovered,
+    never_touch,
     wave_limit,
 )
 from exporter.model.kube import LeaseInfo, NodeCondition, NodeInfo, Taint
@@ -407,3 +408,30 @@ def test_unknown_node() -> None:
     view = view_of([new_node("n0")])
     plan = plan_for(view, "n0")
     assert reason(view_of([new_node("other")]), plan) == "unknown_node"
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"),
+    [
+        pytest.param(node("w"), None, id="worker"),
+        pytest.param(node("cp", labels={"node-role.kubernetes.io/master": ""}), "control_plane"),
+        pytest.param(node("p", labels={"nodesync.io/protected": "true"}), "protected"),
+        pytest.param(node("p", labels={"nodesync.io/protected": "True"}), None, id="not-true"),
+        pytest.param(
+            node("o", taints=(Taint("node.kubernetes.io/out-of-service", "NoExecute"),)),
+            "other_remediator",
+        ),
+        pytest.param(
+            node("d", taints=(Taint("DeletionCandidateOfClusterAutoscaler", "PreferNoSchedule"),)),
+            None,
+            id="autoscaler-candidate-only",
+        ),
+    ],
+)
+def test_never_touch_a_live_node(n: NodeInfo, expected: str | None) -> None:
+    refusal = never_touch(n)
+    assert (refusal.reason if refusal else None) == expected
+    # the same answer as the view's flags
+    view = view_of([n])
+    by_view = evaluate(plan_for(view, n.name), view, GuardState(), POLICY, NOW)
+    assert (by_view.reason if by_view and by_view.reason in REASONS[1:4] else None) == expected
