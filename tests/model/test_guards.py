@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,7 @@ def plan_for(
     return result
 
 
-def reason(view: ClusterView, plan: Plan, state: GuardState | None = None, **policy: float) -> str:
+def reason(view: ClusterView, plan: Plan, state: GuardState | None = None, **policy: Any) -> str:
     p = replace(POLICY, **policy)
     refusal = evaluate(plan, view, state or GuardState(), p, NOW)
     return "" if refusal is None else refusal.reason
