@@ -1,0 +1,276 @@
+"""The agent's side of the cleanup handshake: remove exactly what drift reported, once per request.
+
+Every ``period`` (and at most one cleanup at a time) the agent looks at its own Node, as its
+watch sees it. A request id in ``nodesync.io/cleanup-request`` that differs from the id in its
+``nodesync.io/cleanup-status`` starts ONE cleanup:
+
+1. Take the latest drift from the sync loop. No drift (the API view or the runtime is down):
+   wait, and look again next period.
+2. Read the runtime (ListPodSandbox, ListContainers) and the node's pods from the API server
+   again, compute drift from those, and keep only the orphan_container, orphan_sandbox and
+   stale_sandbox items both agree on (:func:`exporter.model.cleanup.select`). A failed read:
+   wait, as in 1.
+3. For each item, right before acting, ask the runtime for that object once more (it must still
+   exist with the same pod uid; a stale sandbox must still be not ready), then stop and remove
+   it: containers first, then sandboxes. NOT_FOUND counts as done.
+4. Write the status (the agent's only write to the API server). A failed write is retried every
+   period without cleaning again; a failed CRI call ends the cleanup as ``failed`` with the
+   error, and a NEW request id is needed to try again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from exporter.cri.errors import CRIError, NotFound
+from exporter.kube.errors import KubeError
+from exporter.metrics.cleanup import CleanupTotals
+from exporter.model.cleanup import (
+    CleanupState,
+    CleanupStatus,
+    pending_request,
+    select,
+)
+from exporter.model.drift import Drift, DriftItem, DriftKind, compute_drift
+from exporter.model.kube import NodeInfo, PodInfo
+from exporter.model.plan import CLEANUP_STATUS_ANNOTATION
+from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, SandboxState
+
+log = logging.getLogger(__name__)
+
+
+class CleanupRuntime(Protocol):
+    """The CRI calls a cleanup makes (exporter.cri.client.CRIClient)."""
+
+    async def list_pod_sandboxes(self) -> tuple[PodSandbox, ...]: ...
+
+    async def list_containers(self) -> tuple[Container, ...]: ...
+
+    async def pod_sandbox_status(self, pod_sandbox_id: str) -> PodSandbox: ...
+
+    async def container_status(self, container_id: str, pod_sandbox_id: str = "") -> Container: ...
+
+    async def stop_pod_sandbox(
+        self, pod_sandbox_id: str, call_timeout: float | None = None
+    ) -> None: ...
+
+    async def remove_pod_sandbox(
+        self, pod_sandbox_id: str, call_timeout: float | None = None
+    ) -> None: ...
+
+    async def stop_container(self, container_id: str, timeout_seconds: int = 0) -> None: ...
+
+    async def remove_container(
+        self, container_id: str, call_timeout: float | None = None
+    ) -> None: ...
+
+
+class CleanupAPI(Protocol):
+    """The API calls a cleanup makes (exporter.kube.writer.KubeWriter)."""
+
+    async def list_pods_on_node(self, node: str) -> list[PodInfo]: ...
+
+    async def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> object: ...
+
+
+class NodeCleanup:
+    def __init__(
+        self,
+        node_name: str,
+        *,
+        node: Callable[[], NodeInfo | None],
+        drift: Callable[[], Drift | None],
+        runtime: CleanupRuntime,
+        api: CleanupAPI,
+        call_timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node_name = node_name
+        self._node = node
+        self._drift = drift
+        self._runtime = runtime
+        self._api = api
+        self._call_timeout = call_timeout
+        self._clock = clock
+        self._answered: CleanupStatus | None = None  # the last cleanup this process ran
+        self._published = True  # whether _answered is written to the Node
+        self._waiting_for = ""  # request id a "waiting" message was logged for
+        self._totals = CleanupTotals()
+        self.checks = 0  # how many times the Node was looked at (for tests and debugging)
+        self.last_seen: NodeInfo | None = None  # the Node as the last look saw it
+
+    def totals(self) -> CleanupTotals:
+        return self._totals
+
+    async def run(self, period: float) -> None:
+        """Look every ``period`` seconds until cancelled."""
+        while True:
+            try:
+                await self.check_once()
+            except Exception:  # a bug must not end the handshake for good
+                log.exception("cleanup check failed")
+            await asyncio.sleep(period)
+
+    async def check_once(self) -> CleanupStatus | None:
+        """Answer a pending request if there is one and drift allows; the status written, or
+        None when nothing was cleaned this time."""
+        try:
+            return await self._check()
+        finally:
+            self.checks += 1
+
+    async def _check(self) -> CleanupStatus | None:
+        node = self.last_seen = self._node()
+        if node is None:
+            return None
+        request = pending_request(node.annotations)
+        answered = self._answered
+        if request is None:
+            return None
+        if answered is not None and answered.id == request:
+            # Cleaned already; the status is not written yet, or our watch has not seen it.
+            if not self._published:
+                await self._publish(answered)
+            return None
+        drift = self._drift()
+        if drift is None:
+            self._wait(request, "drift is not known (the API server's view or the runtime is down)")
+            return None
+        try:
+            sandboxes, containers, pods = await asyncio.gather(
+                self._runtime.list_pod_sandboxes(),
+                self._runtime.list_containers(),
+                self._api.list_pods_on_node(self.node_name),
+            )
+        except (CRIError, KubeError) as exc:
+            self._wait(request, f"cannot read the runtime or the API server again: {exc}")
+            return None
+        status = await self._clean(request, drift, sandboxes, containers, pods)
+        self._record(status)
+        await self._publish(status)
+        return status
+
+    def _wait(self, request: str, why: str) -> None:
+        if self._waiting_for != request:
+            log.warning("cleanup request waits", extra={"request": request, "reason": why})
+            self._waiting_for = request
+
+    async def _clean(
+        self,
+        request: str,
+        drift: Drift,
+        sandboxes: tuple[PodSandbox, ...],
+        containers: tuple[Container, ...],
+        pods: list[PodInfo],
+    ) -> CleanupStatus:
+        now = self._clock()
+        snapshot = RuntimeSnapshot(now, None, (), sandboxes, containers)
+        fresh = compute_drift(pods, snapshot, (), now, grace_seconds=drift.grace_seconds)
+        chosen = select(drift, fresh, pods, now)
+        for item, why in chosen.skipped:
+            log.info("cleanup skips an item", extra=_fields(item, request, reason=why))
+        removed = {"sandbox": 0, "container": 0}
+        skipped = len(chosen.skipped)
+        error = ""
+        try:
+            for item in chosen.act:
+                if item.kind is DriftKind.ORPHAN_CONTAINER:
+                    done = await self._remove_container(item)
+                    kind = "container"
+                else:
+                    done = await self._remove_sandbox(item)
+                    kind = "sandbox"
+                if done:
+                    removed[kind] += 1
+                    log.info("cleanup removed", extra=_fields(item, request))
+                else:
+                    skipped += 1
+                    log.info("cleanup skips an item", extra=_fields(item, request, reason="gone"))
+        except CRIError as exc:
+            error = str(exc)
+            log.warning("cleanup failed", extra={"request": request, "error": error})
+        return CleanupStatus(
+            id=request,
+            state=CleanupState.FAILED if error else CleanupState.DONE,
+            removed_sandboxes=removed["sandbox"],
+            removed_containers=removed["container"],
+            finished_at=self._clock(),
+            error=error,
+            skipped=skipped,
+        )
+
+    async def _remove_sandbox(self, item: DriftItem) -> bool:
+        try:
+            live = await self._runtime.pod_sandbox_status(item.sandbox_id)
+        except NotFound:
+            return False
+        if live.uid != item.pod_uid:
+            return False
+        if item.kind is DriftKind.STALE_SANDBOX and live.state is not SandboxState.NOTREADY:
+            return False
+        await self._runtime.stop_pod_sandbox(item.sandbox_id, self._call_timeout)
+        await self._runtime.remove_pod_sandbox(item.sandbox_id, self._call_timeout)
+        return True
+
+    async def _remove_container(self, item: DriftItem) -> bool:
+        try:
+            live = await self._runtime.container_status(item.container_id, item.sandbox_id)
+        except NotFound:
+            return False
+        if live.pod_uid != item.pod_uid:
+            return False
+        await self._runtime.stop_container(item.container_id, 0)
+        await self._runtime.remove_container(item.container_id, self._call_timeout)
+        return True
+
+    def _record(self, status: CleanupStatus) -> None:
+        t = self._totals
+        self._totals = CleanupTotals(
+            done=t.done + (status.state is CleanupState.DONE),
+            failed=t.failed + (status.state is CleanupState.FAILED),
+            removed_sandboxes=t.removed_sandboxes + status.removed_sandboxes,
+            removed_containers=t.removed_containers + status.removed_containers,
+            last_finished_at=status.finished_at,
+        )
+        self._answered = status
+        self._published = False
+
+    async def _publish(self, status: CleanupStatus) -> None:
+        try:
+            await self._api.annotate_node(
+                self.node_name, {CLEANUP_STATUS_ANNOTATION: status.to_json()}
+            )
+        except KubeError as exc:
+            log.warning(
+                "cannot write the cleanup status; retrying",
+                extra={"request": status.id, "error": str(exc)},
+            )
+            return
+        self._published = True
+        log.info(
+            "cleanup answered",
+            extra={
+                "request": status.id,
+                "state": status.state.value,
+                "removed_sandboxes": status.removed_sandboxes,
+                "removed_containers": status.removed_containers,
+                "skipped": status.skipped,
+            },
+        )
+
+
+def _fields(item: DriftItem, request: str, **extra: str) -> dict[str, str]:
+    return {
+        "request": request,
+        "kind": item.kind.value,
+        "pod_uid": item.pod_uid,
+        "namespace": item.namespace,
+        "pod": item.name,
+        "sandbox_id": item.sandbox_id,
+        "container_id": item.container_id,
+        **extra,
+    }

@@ -1,0 +1,357 @@
+"""NodeCleanup with stand-ins for the runtime and the API server: the paths a real containerd
+cannot be made to take on demand (a remove that fails, a sandbox that changes between the
+re-check and the act, a status write that fails), and level triggering."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from exporter.agent.cleanup import NodeCleanup
+from exporter.cri.errors import CRIError, NotFound, RuntimeUnavailable
+from exporter.kube.errors import KubeError, ServerError
+from exporter.metrics.cleanup import CleanupTotals
+from exporter.model.cleanup import CleanupState, CleanupStatus
+from exporter.model.drift import Drift, compute_drift
+from exporter.model.kube import NodeInfo, PodInfo
+from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
+from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, SandboxState
+from tests.model.builders import exited, running, sandbox
+
+NOW = 1_700_000_000.0
+OLD = NOW - 3600
+NODE = "node-a"
+
+
+@dataclass
+class FakeRuntime:
+    sandboxes: dict[str, PodSandbox]
+    containers: dict[str, Container]
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    fail: dict[str, CRIError] = field(default_factory=dict)  # operation -> error
+    down: bool = False
+
+    def _call(self, op: str, target: str) -> None:
+        if self.down:
+            raise RuntimeUnavailable(op, "UNAVAILABLE", "connection refused")
+        self.calls.append((op, target))
+        if op in self.fail:
+            raise self.fail[op]
+
+    def writes(self) -> list[tuple[str, str]]:
+        return [c for c in self.calls if c[0].startswith(("stop", "remove"))]
+
+    async def list_pod_sandboxes(self) -> tuple[PodSandbox, ...]:
+        self._call("list_podsandbox", "")
+        return tuple(self.sandboxes.values())
+
+    async def list_containers(self) -> tuple[Container, ...]:
+        self._call("list_containers", "")
+        return tuple(self.containers.values())
+
+    async def pod_sandbox_status(self, pod_sandbox_id: str) -> PodSandbox:
+        self._call("podsandbox_status", pod_sandbox_id)
+        if pod_sandbox_id not in self.sandboxes:
+            raise NotFound("podsandbox_status", "NOT_FOUND", "not found")
+        return self.sandboxes[pod_sandbox_id]
+
+    async def container_status(self, container_id: str, pod_sandbox_id: str = "") -> Container:
+        self._call("container_status", container_id)
+        if container_id not in self.containers:
+            raise NotFound("container_status", "NOT_FOUND", "not found")
+        return self.containers[container_id]
+
+    async def stop_pod_sandbox(
+        self, pod_sandbox_id: str, call_timeout: float | None = None
+    ) -> None:
+        self._call("stop_podsandbox", pod_sandbox_id)
+        if pod_sandbox_id in self.sandboxes:
+            s = self.sandboxes[pod_sandbox_id]
+            self.sandboxes[pod_sandbox_id] = replace(s, state=SandboxState.NOTREADY)
+
+    async def remove_pod_sandbox(
+        self, pod_sandbox_id: str, call_timeout: float | None = None
+    ) -> None:
+        self._call("remove_podsandbox", pod_sandbox_id)
+        self.sandboxes.pop(pod_sandbox_id, None)
+        for cid in [c.id for c in self.containers.values() if c.pod_sandbox_id == pod_sandbox_id]:
+            del self.containers[cid]
+
+    async def stop_container(self, container_id: str, timeout_seconds: int = 0) -> None:
+        self._call("stop_container", container_id)
+
+    async def remove_container(self, container_id: str, call_timeout: float | None = None) -> None:
+        self._call("remove_container", container_id)
+        self.containers.pop(container_id, None)
+
+
+@dataclass
+class FakeAPI:
+    node: NodeInfo
+    pods: list[PodInfo]
+    list_error: KubeError | None = None
+    annotate_error: KubeError | None = None
+    lists: int = 0
+    written: list[str] = field(default_factory=list)
+
+    async def list_pods_on_node(self, node: str) -> list[PodInfo]:
+        assert node == NODE
+        self.lists += 1
+        if self.list_error is not None:
+            raise self.list_error
+        return list(self.pods)
+
+    async def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> object:
+        if self.annotate_error is not None:
+            raise self.annotate_error
+        merged = {**self.node.annotations}
+        for k, v in annotations.items():
+            if v is None:
+                merged.pop(k, None)
+            else:
+                merged[k] = v
+        self.node = replace(self.node, annotations=merged)
+        self.written.append(annotations[CLEANUP_STATUS_ANNOTATION] or "")
+        return None
+
+    def request(self, request_id: str) -> None:
+        annotations = {**self.node.annotations, CLEANUP_REQUEST_ANNOTATION: request_id}
+        self.node = replace(self.node, annotations=annotations)
+
+    def status(self) -> CleanupStatus | None:
+        return CleanupStatus.from_json(self.node.annotations.get(CLEANUP_STATUS_ANNOTATION, ""))
+
+
+def pod(uid: str, name: str) -> PodInfo:
+    return PodInfo(
+        uid=uid, namespace="default", name=name, node_name=NODE, phase="Running", created_at=OLD
+    )
+
+
+class Node:
+    """A desired pod (u-web), an orphan sandbox (u-gone) and an orphan container (u-lost)."""
+
+    def __init__(self) -> None:
+        web = sandbox("u-web", id="sb-web", created_at=OLD)
+        gone = sandbox("u-gone", id="sb-gone", name="gone", created_at=OLD)
+        web_app = running(uid="u-web", sandbox_id="sb-web", created_at=OLD)
+        lost = exited(uid="u-lost", sandbox_id="sb-lost", pod="lost", created_at=OLD)
+        self.runtime = FakeRuntime(
+            {s.id: s for s in (web, gone)}, {c.id: c for c in (web_app, lost)}
+        )
+        self.lost_id = lost.id
+        self.api = FakeAPI(
+            NodeInfo(name=NODE, uid="node-uid", created_at=OLD), [pod("u-web", "web")]
+        )
+        self.drift: Drift | None = self.compute()
+        self.cleanup = NodeCleanup(
+            NODE,
+            node=lambda: self.api.node,
+            drift=lambda: self.drift,
+            runtime=self.runtime,
+            api=self.api,
+            clock=lambda: NOW,
+        )
+
+    def compute(self) -> Drift:
+        snapshot = RuntimeSnapshot(
+            NOW,
+            None,
+            (),
+            tuple(self.runtime.sandboxes.values()),
+            tuple(self.runtime.containers.values()),
+        )
+        return compute_drift(self.api.pods, snapshot, (), NOW, grace_seconds=60)
+
+
+@pytest.fixture
+def node() -> Node:
+    return Node()
+
+
+async def test_no_request_no_action(node: Node) -> None:
+    assert await node.cleanup.check_once() is None
+    assert node.runtime.calls == []
+    assert node.api.lists == 0
+    assert node.cleanup.checks == 1
+
+
+async def test_a_request_removes_the_orphans_and_answers_once(node: Node) -> None:
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert (status.id, status.state) == ("r1", CleanupState.DONE)
+    assert (status.removed_sandboxes, status.removed_containers) == (1, 1)
+    assert node.api.status() == status
+    assert node.runtime.writes() == [
+        ("stop_container", node.lost_id),
+        ("remove_container", node.lost_id),
+        ("stop_podsandbox", "sb-gone"),
+        ("remove_podsandbox", "sb-gone"),
+    ]
+    assert set(node.runtime.sandboxes) == {"sb-web"}
+    assert node.cleanup.totals() == CleanupTotals(1, 0, 1, 1, NOW)
+    # Seen again and again, the answered request does nothing.
+    for _ in range(3):
+        assert await node.cleanup.check_once() is None
+    assert len(node.runtime.writes()) == 4
+    assert node.api.written == [status.to_json()]
+
+
+async def test_an_answered_request_is_not_redone_after_a_restart(node: Node) -> None:
+    node.api.request("r1")
+    await node.cleanup.check_once()
+    restarted = NodeCleanup(
+        NODE,
+        node=lambda: node.api.node,
+        drift=lambda: node.drift,  # the old drift, still naming sb-gone
+        runtime=node.runtime,
+        api=node.api,
+    )
+    assert await restarted.check_once() is None
+    assert len(node.runtime.writes()) == 4
+
+
+async def test_a_lagging_watch_does_not_clean_twice(node: Node) -> None:
+    node.api.request("r1")
+    stale_view = node.api.node  # the watch will not see the status for a while
+    cleanup = NodeCleanup(
+        NODE,
+        node=lambda: stale_view,
+        drift=lambda: node.drift,
+        runtime=node.runtime,
+        api=node.api,
+    )
+    assert await cleanup.check_once() is not None
+    assert await cleanup.check_once() is None
+    assert len(node.runtime.writes()) == 4
+    assert len(node.api.written) == 1
+
+
+@pytest.mark.parametrize("cause", ["no drift", "runtime down", "API down"])
+async def test_a_request_waits_while_drift_cannot_be_known(node: Node, cause: str) -> None:
+    node.api.request("r1")
+    if cause == "no drift":
+        node.drift = None
+    elif cause == "runtime down":
+        node.runtime.down = True
+    else:
+        node.api.list_error = ServerError(500, "InternalError")
+    for _ in range(3):
+        assert await node.cleanup.check_once() is None
+    assert node.runtime.writes() == []
+    assert node.api.status() is None
+    assert node.cleanup.totals() == CleanupTotals()
+    # Once it can be known, the request is answered.
+    node.drift = node.compute()
+    node.runtime.down = False
+    node.api.list_error = None
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert status.state is CleanupState.DONE
+
+
+async def test_a_failure_is_reported_and_only_a_new_id_retries(node: Node) -> None:
+    node.runtime.fail["remove_podsandbox"] = CRIError("remove_podsandbox", "INTERNAL", "boom")
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert status.state is CleanupState.FAILED
+    assert "remove_podsandbox" in status.error
+    assert "boom" in status.error
+    assert (status.removed_sandboxes, status.removed_containers) == (0, 1)
+    assert node.api.status() == status
+    assert node.cleanup.totals().failed == 1
+    writes = len(node.runtime.writes())
+    assert await node.cleanup.check_once() is None  # same id: no retry
+    assert len(node.runtime.writes()) == writes
+
+    del node.runtime.fail["remove_podsandbox"]
+    node.drift = node.compute()
+    node.api.request("r2")
+    retried = await node.cleanup.check_once()
+    assert retried is not None
+    assert (retried.id, retried.state, retried.removed_sandboxes) == ("r2", CleanupState.DONE, 1)
+    assert node.cleanup.totals() == CleanupTotals(1, 1, 1, 1, NOW)
+
+
+async def test_a_failed_status_write_is_retried_without_cleaning_again(node: Node) -> None:
+    node.api.annotate_error = ServerError(503, "ServiceUnavailable")
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert node.api.status() is None
+    writes = len(node.runtime.writes())
+    node.api.annotate_error = None
+    assert await node.cleanup.check_once() is None
+    assert node.api.status() == status
+    assert len(node.runtime.writes()) == writes
+    assert node.cleanup.totals().done == 1
+
+
+async def test_a_sandbox_that_changed_since_the_fresh_read_is_left_alone(node: Node) -> None:
+    # Between the fresh list and the act, the runtime reports another pod for the id.
+    real_status = node.runtime.pod_sandbox_status
+
+    async def other_pod(pod_sandbox_id: str) -> PodSandbox:
+        return replace(await real_status(pod_sandbox_id), uid="u-someone-else")
+
+    node.runtime.pod_sandbox_status = other_pod  # type: ignore[method-assign]
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert (status.removed_sandboxes, status.skipped) == (0, 1)
+    assert "sb-gone" in node.runtime.sandboxes
+    assert ("remove_podsandbox", "sb-gone") not in node.runtime.calls
+
+
+async def test_an_object_already_gone_is_skipped_not_failed(node: Node) -> None:
+    real_list = node.runtime.list_containers
+
+    async def list_then_vanish() -> tuple[Container, ...]:
+        listed = await real_list()
+        node.runtime.containers.pop(node.lost_id)  # kubelet's GC was quicker
+        return listed
+
+    node.runtime.list_containers = list_then_vanish  # type: ignore[method-assign]
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert status.state is CleanupState.DONE
+    assert (status.removed_containers, status.skipped) == (0, 1)
+    assert ("remove_container", node.lost_id) not in node.runtime.calls
+
+
+async def test_a_pod_desired_now_keeps_its_sandbox(node: Node) -> None:
+    node.api.pods.append(pod("u-gone", "gone"))  # the API server lists it now
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert (status.removed_sandboxes, status.removed_containers, status.skipped) == (0, 1, 1)
+    assert "sb-gone" in node.runtime.sandboxes
+    assert all(target != "sb-gone" for op, target in node.runtime.writes())
+
+
+async def test_missing_and_kubelet_only_drift_is_never_acted_on() -> None:
+    node = Node()
+    node.api.pods.append(pod("u-slow", "slow"))  # desired, no sandbox: missing_sandbox
+    node.runtime.sandboxes.pop("sb-gone")
+    node.runtime.containers.pop(node.lost_id)
+    snapshot = RuntimeSnapshot(
+        NOW,
+        None,
+        (),
+        tuple(node.runtime.sandboxes.values()),
+        tuple(node.runtime.containers.values()),
+    )
+    node.drift = compute_drift(
+        node.api.pods, snapshot, {"u-dir"}, NOW, grace_seconds=60, first_seen={"u-dir": OLD}
+    )
+    assert {i.kind.value for i in node.drift.items} == {"missing_sandbox", "kubelet_only"}
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert (status.state, status.removed_sandboxes, status.skipped) == (CleanupState.DONE, 0, 0)
+    assert node.runtime.writes() == []
