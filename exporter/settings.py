@@ -123,6 +123,8 @@ class AgentSettings:
     kubeconfig: str = ""
     api_initial_jitter: float = 5.0
     drift_grace_period: float = 60.0
+    cleanup: bool = True
+    cleanup_call_timeout: float = 30.0
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AgentSettings:
@@ -143,6 +145,8 @@ class AgentSettings:
             kubeconfig=args.kubeconfig,
             api_initial_jitter=args.api_initial_jitter,
             drift_grace_period=args.drift_grace_period,
+            cleanup=args.cleanup == "enabled",
+            cleanup_call_timeout=args.cleanup_call_timeout,
         )
 
     def as_log_fields(self) -> dict[str, Any]:
@@ -216,4 +220,17 @@ def add_agent_flags(add: FlagAdder) -> None:
         default="60s",
         type=parse_duration,
         help="how long a difference between API, runtime and kubelet must last to count as drift",
+    )
+    add.add(
+        "--cleanup",
+        default="enabled",
+        choices=["enabled", "disabled"],
+        help="answer the controller's cleanup requests (the Node annotation "
+        "nodesync.io/cleanup-request) by removing drift's orphans",
+    )
+    add.add(
+        "--cleanup-call-timeout",
+        default="30s",
+        type=positive_duration,
+        help="deadline of each stop and remove call of a cleanup",
     )

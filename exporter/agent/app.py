@@ -14,6 +14,7 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
 from exporter.agent.apiview import AgentAPIView
+from exporter.agent.cleanup import NodeCleanup
 from exporter.agent.exposition import agent_families
 from exporter.agent.sync import SOURCE_CRI, AgentSync
 from exporter.cri.client import CRIClient
@@ -22,6 +23,8 @@ from exporter.host.kubelet import KubeletProbe
 from exporter.host.probes import read_host
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, load_configuration
+from exporter.kube.writer import KubeWriter
+from exporter.metrics.cleanup import cleanup_families
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.kube_requests import KubeRequestMetrics
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 SETTINGS = web.AppKey("settings", AgentSettings)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 SYNC = web.AppKey("sync", AgentSync)
+CLEANUP = web.AppKey("cleanup", NodeCleanup)  # set when the agent answers cleanup requests
 
 
 async def _api_view(
@@ -79,6 +83,18 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     ]
     if view is not None:
         tasks.append(asyncio.create_task(view.run(), name="agent-api-view"))
+    if api is not None and view is not None and settings.cleanup:
+        cleanup = NodeCleanup(
+            settings.node_name,
+            node=view.node,
+            drift=lambda: sync.state.drift,
+            runtime=client,
+            api=KubeWriter(api, component="nodesync-agent"),
+            call_timeout=settings.cleanup_call_timeout,
+        )
+        app[CLEANUP] = cleanup
+        registry.register(SnapshotCollector(lambda: cleanup_families(cleanup.totals())))
+        tasks.append(asyncio.create_task(cleanup.run(settings.sync_period), name="agent-cleanup"))
     try:
         yield
     finally:

@@ -7,6 +7,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.metrics.apiview import apiview_families
+from exporter.metrics.cleanup import CleanupTotals, cleanup_families
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.drift import drift_families
@@ -179,6 +180,15 @@ def rich_agent_exposition() -> str:
         ),
         build_info_family("0.1.0"),
         start_family(NOW - 600),
+        *cleanup_families(
+            CleanupTotals(
+                done=3,
+                failed=1,
+                removed_sandboxes=4,
+                removed_containers=1,
+                last_finished_at=NOW - 30,
+            )
+        ),
     ]
     registry = CollectorRegistry()
     cri = CRIRequestMetrics(registry)

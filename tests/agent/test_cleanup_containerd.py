@@ -1,0 +1,278 @@
+"""The cleanup handshake with everything real: a real containerd, the test API server over HTTP,
+the agent's app. The controller's side is played by patching the Node's annotation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc.aio
+import pytest
+from aiohttp import ClientTimeout
+from aiohttp.test_utils import TestClient
+from prometheus_client import CollectorRegistry
+
+from exporter.agent.app import CLEANUP, make_app
+from exporter.agent.cleanup import NodeCleanup
+from exporter.cri.client import CRIClient
+from exporter.cri.pb import api_pb2, api_pb2_grpc
+from exporter.model.cleanup import CleanupState, CleanupStatus
+from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
+from exporter.model.runtime import (
+    LABEL_POD_NAME,
+    LABEL_POD_NAMESPACE,
+    LABEL_POD_UID,
+    ContainerState,
+    SandboxState,
+)
+from exporter.settings import AgentSettings
+from exporter.sim.apiserver.server import APIServer
+from exporter.sim.containerd import LocalContainerd, cgroup_root_for
+from exporter.sim.runtime_pods import ContainerSpec, run_pod
+from tests.metrics.exposition import labels, series
+
+pytestmark = pytest.mark.containerd
+
+NODE = "node-a"
+GRACE = 0.5
+SLEEPER = [ContainerSpec("app", ["/bin/sleep", "inf"])]
+REMOVE_SANDBOX = labels(operation_type="remove_podsandbox")
+
+
+@dataclass
+class Env:
+    containerd: LocalContainerd
+    api: APIServer
+    client: TestClient
+
+    @property
+    def cleanup(self) -> NodeCleanup:
+        return self.client.app[CLEANUP]
+
+    async def scrape(self) -> str:
+        response = await self.client.get("/metrics", timeout=ClientTimeout(total=2.0))
+        assert response.status == 200
+        return await response.text()
+
+    async def until(self, check: Callable[[str], bool], what: str, wait: float = 20) -> str:
+        deadline = time.monotonic() + wait
+        while True:
+            text = await self.scrape()
+            if check(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; last exposition:\n{text}")
+            await asyncio.sleep(0.1)
+
+    def annotations(self) -> dict[str, str]:
+        node = self.api.store.get("nodes", NODE)
+        return dict(node["metadata"].get("annotations") or {})
+
+    def request(self, request_id: str, **more: str) -> None:
+        """What the controller does: set the request annotation on the Node."""
+        patch = {"metadata": {"annotations": {CLEANUP_REQUEST_ANNOTATION: request_id, **more}}}
+        self.api.store.patch("nodes", NODE, patch)
+
+    async def answer(self, request_id: str, wait: float = 20) -> CleanupStatus:
+        deadline = time.monotonic() + wait
+        while True:
+            status = CleanupStatus.from_json(self.annotations().get(CLEANUP_STATUS_ANNOTATION, ""))
+            if status is not None and status.id == request_id:
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no answer to {request_id}: {self.annotations()}")
+            await asyncio.sleep(0.05)
+
+    async def looked_at(self, annotation: str, what: str, more: int = 2) -> None:
+        """Wait until a look of the cleanup loop saw ``annotation`` on the Node, then for
+        ``more`` looks after it: every chance to act on what it saw."""
+        deadline = time.monotonic() + 20
+        cleanup = self.cleanup
+        while cleanup.last_seen is None or annotation not in cleanup.last_seen.annotations:
+            assert time.monotonic() < deadline, f"the agent never saw {what}"
+            await asyncio.sleep(0.02)
+        target = cleanup.checks + more
+        while cleanup.checks < target:
+            assert time.monotonic() < deadline, "the cleanup loop stopped looking"
+            await asyncio.sleep(0.02)
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "busybox"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+@pytest.fixture
+async def env(
+    containerd: LocalContainerd,
+    tmp_path: Path,
+    unused_tcp_port: int,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+) -> AsyncIterator[Env]:
+    async with APIServer() as api:
+        api.store.create("nodes", {"metadata": {"name": NODE}})
+        kubelet_root = tmp_path / "kubelet"
+        (kubelet_root / "pods").mkdir(parents=True)
+        settings = AgentSettings(
+            cri_endpoint=containerd.endpoint,
+            listen_host="127.0.0.1",
+            listen_port=0,
+            sync_period=0.2,
+            cri_timeout=2.0,
+            kubelet_root_dir=str(kubelet_root),
+            containerd_root=str(containerd.root),
+            kubelet_healthz_url=f"http://127.0.0.1:{unused_tcp_port}/healthz",
+            kubelet_timeout=0.5,
+            log_format="text",
+            log_level="info",
+            node_name=NODE,
+            kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")),
+            api_initial_jitter=0.0,
+            drift_grace_period=GRACE,
+        )
+        client = await aiohttp_client(make_app(settings, CollectorRegistry()))
+        yield Env(containerd, api, client)
+
+
+async def _stop_sandbox(endpoint: str, sandbox_id: str) -> None:
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        stub = api_pb2_grpc.RuntimeServiceStub(channel)
+        await stub.StopPodSandbox(
+            api_pb2.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=30
+        )
+
+
+async def _run_sandbox(endpoint: str, name: str, uid: str, attempt: int) -> str:
+    """A bare host-network sandbox of a pod, at a given attempt (kubelet's recreation)."""
+    host = api_pb2.NamespaceOption(network=api_pb2.NODE, pid=api_pb2.CONTAINER, ipc=api_pb2.POD)
+    config = api_pb2.PodSandboxConfig(
+        metadata=api_pb2.PodSandboxMetadata(
+            name=name, uid=uid, namespace="default", attempt=attempt
+        ),
+        labels={LABEL_POD_NAME: name, LABEL_POD_NAMESPACE: "default", LABEL_POD_UID: uid},
+        linux=api_pb2.LinuxPodSandboxConfig(
+            cgroup_parent=f"{cgroup_root_for(endpoint)}/pod{uid}-{attempt}",
+            security_context=api_pb2.LinuxSandboxSecurityContext(namespace_options=host),
+        ),
+    )
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        stub = api_pb2_grpc.RuntimeServiceStub(channel)
+        ran = await stub.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=config), timeout=30)
+    return str(ran.pod_sandbox_id)
+
+
+def _drift(text: str) -> dict[str, float]:
+    return {dict(k)["kind"]: v for k, v in series(text, "nodesync_drift_pods").items()}
+
+
+def _removes(text: str) -> float:
+    return series(text, "nodesync_cri_request_duration_seconds_count").get(REMOVE_SANDBOX, 0.0)
+
+
+async def test_cleanup_removes_exactly_the_orphans_once_per_request(env: Env) -> None:
+    endpoint = env.containerd.endpoint
+    # A desired, running pod: never touched.
+    web_uid = env.api.store.create("pods", _pod("web"), namespace="default")["metadata"]["uid"]
+    web = await run_pod(endpoint, "web", "default", web_uid, SLEEPER)
+    # A pod the API server does not know: its sandbox is an orphan.
+    orphan = await run_pod(endpoint, "gone", "default", str(uuid.uuid4()), SLEEPER)
+    # A desired pod whose first sandbox died and was recreated: the old one is stale.
+    job_uid = env.api.store.create("pods", _pod("job"), namespace="default")["metadata"]["uid"]
+    stale = await run_pod(endpoint, "job", "default", job_uid, SLEEPER)
+    await _stop_sandbox(endpoint, stale.sandbox_id)
+    current_job = await _run_sandbox(endpoint, "job", job_uid, attempt=1)
+
+    text = await env.until(
+        lambda t: _drift(t).get("orphan_sandbox") == 1 and _drift(t).get("stale_sandbox") == 1,
+        "an orphan and a stale sandbox",
+    )
+    assert _drift(text)["missing_sandbox"] == 0
+    assert _drift(text)["orphan_container"] == 0
+    assert _removes(text) == 0
+
+    env.request("r1")
+    status = await env.answer("r1")
+    assert status.state is CleanupState.DONE
+    assert (status.removed_sandboxes, status.removed_containers) == (2, 0)
+    assert (status.skipped, status.error) == (0, "")
+    assert status.finished_at > 0
+
+    # What the real containerd holds now.
+    async with CRIClient(endpoint) as cri:
+        sandboxes = {s.id: s for s in await cri.list_pod_sandboxes()}
+        containers = await cri.list_containers()
+    assert set(sandboxes) == {web.sandbox_id, current_job}
+    assert sandboxes[web.sandbox_id].state is SandboxState.READY
+    web_app = [c for c in containers if c.id == web.container_ids["app"]]
+    assert [c.state for c in web_app] == [ContainerState.RUNNING]
+    assert {c.pod_sandbox_id for c in containers} == {web.sandbox_id}
+    assert orphan.sandbox_id not in sandboxes
+
+    text = await env.until(
+        lambda t: _drift(t).get("orphan_sandbox") == 0 and _drift(t).get("stale_sandbox") == 0,
+        "drift to go back to 0",
+    )
+    assert series(text, "nodesync_cleanup_requests_total") == {
+        labels(result="done"): 1.0,
+        labels(result="failed"): 0.0,
+    }
+    assert series(text, "nodesync_cleanup_removed_total") == {
+        labels(kind="sandbox"): 2.0,
+        labels(kind="container"): 0.0,
+    }
+    (last,) = series(text, "nodesync_cleanup_last_timestamp_seconds").values()
+    assert time.time() - 60 < last <= time.time()
+    removes = _removes(text)
+    assert removes == 2
+
+    # The same request again (the Node changes, the id does not): nothing happens.
+    answered = env.annotations()[CLEANUP_STATUS_ANNOTATION]
+    env.request("r1", touched="1")
+    await env.looked_at("touched", "the touched Node")
+    assert env.annotations()[CLEANUP_STATUS_ANNOTATION] == answered
+    text = await env.scrape()
+    assert _removes(text) == removes
+    assert series(text, "nodesync_cleanup_requests_total")[labels(result="done")] == 1
+
+    # A new id with nothing left to clean: answered, done, nothing removed.
+    env.request("r2")
+    status = await env.answer("r2")
+    assert status.state is CleanupState.DONE
+    assert (status.removed_sandboxes, status.removed_containers, status.skipped) == (0, 0, 0)
+    text = await env.scrape()
+    assert _removes(text) == removes
+    assert series(text, "nodesync_cleanup_requests_total")[labels(result="done")] == 2
+    async with CRIClient(endpoint) as cri:
+        assert {s.id for s in await cri.list_pod_sandboxes()} == {web.sandbox_id, current_job}
+
+
+async def test_a_request_waits_while_the_runtime_cannot_be_read(env: Env) -> None:
+    endpoint = env.containerd.endpoint
+    orphan = await run_pod(endpoint, "gone", "default", str(uuid.uuid4()), SLEEPER)
+    await env.until(lambda t: _drift(t).get("orphan_sandbox") == 1, "the orphan")
+    env.containerd.freeze()
+    try:
+        # Without the runtime there is no drift: the request must wait, not fail.
+        await env.until(lambda t: series(t, "nodesync_drift_pods") == {}, "drift to be unknown")
+        env.request("r1")
+        await env.looked_at(CLEANUP_REQUEST_ANNOTATION, "the request")
+        assert CLEANUP_STATUS_ANNOTATION not in env.annotations()
+        text = await env.scrape()
+        assert series(text, "nodesync_cleanup_requests_total") == {
+            labels(result="done"): 0.0,
+            labels(result="failed"): 0.0,
+        }
+    finally:
+        env.containerd.thaw()
+    status = await env.answer("r1", wait=30)
+    assert (status.state, status.removed_sandboxes) == (CleanupState.DONE, 1)
+    async with CRIClient(endpoint) as cri:
+        assert orphan.sandbox_id not in {s.id for s in await cri.list_pod_sandboxes()}
