@@ -362,7 +362,7 @@ def _guarded(fn: Callable[[], T]) -> Callable[[], T]:
     def call() -> T:
         try:
             return fn()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:  # OSError: e.g. creating the directory
             raise JournalError(f"journal: {exc}") from exc
 
     return call

@@ -333,7 +333,7 @@ async def test_a_closed_journal_refuses_work(tmp_path: Path) -> None:
         await journal.counts()
 
 
-async def test_a_newer_schema_or_a_foreign_file_is_refused(tmp_path: Path) -> None:
+async def test_a_newer_schema_a_foreign_file_or_a_bad_path_is_refused(tmp_path: Path) -> None:
     newer = tmp_path / "newer.db"
     with sqlite3.connect(newer) as conn:
         conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
@@ -341,6 +341,10 @@ async def test_a_newer_schema_or_a_foreign_file_is_refused(tmp_path: Path) -> No
     conn.close()
     with pytest.raises(JournalError, match="newer"):
         await Journal.open(str(newer))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(JournalError, match="File exists"):
+        await Journal.open(str(blocked / "journal.db"))
     foreign = tmp_path / "foreign.db"
     foreign.write_bytes(b"this is not a database" * 100)
     with pytest.raises(JournalError, match="not a database"):
