@@ -15,6 +15,11 @@ The cluster (times relative to the start):
   loop and a crash loop in the runtime), containerd is frozen until the agent's CRI calls time
   out (DEADLINE_EXCEEDED errors), and the agent's first pod list is answered with a 500.
 
+The controller runs with its rollback hook (webhook and executor, in dry run: it writes
+nothing). A real Alertmanager with the shipped deploy/alertmanager/alertmanager.yml (the hook's
+address, token file and shorter timers put in) delivers a rollback alert for ``node-b`` to it;
+Prometheus sends its alerts to that Alertmanager too.
+
 The apps run in an event loop of their own thread, so tests can block on Prometheus.
 """
 
@@ -38,13 +43,17 @@ from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app as make_agent_app
 from exporter.controller.app import make_app as make_controller_app
+from exporter.controller.executor import executor_extension
+from exporter.controller.hook_settings import HookSettings
 from exporter.controller.settings import ControllerSettings
+from exporter.controller.webhook import webhook_extension
+from exporter.controller.webhook_settings import WebhookSettings
 from exporter.model.runtime import ContainerState
 from exporter.settings import AgentSettings
 from exporter.sim.apiserver import APIServer
 from exporter.sim.apiserver.store import Store
 from exporter.sim.containerd import LocalContainerd
-from exporter.sim.prometheus import LocalPrometheus
+from exporter.sim.prometheus import LocalAlertmanager, LocalPrometheus
 from exporter.sim.runtime_pods import (
     ContainerSpec,
     MixedPod,
@@ -57,6 +66,7 @@ from tests.metrics.exposition import labels, series
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "rules").glob("*.yml"))
+ALERTMANAGER_CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 
 NODE = "node-a"
 FAILED_NODE = "node-b"
@@ -65,6 +75,7 @@ NODES = (NODE, FAILED_NODE, OLD_NODE)
 WAVE_LABEL = "example.com/scale-out"
 NAMESPACE = "default"
 LEASES = "kube-node-lease"
+HOOK_TOKEN = "a-token-for-the-dashboard-scenario"
 
 T = TypeVar("T")
 
@@ -161,6 +172,35 @@ def _stuck_status() -> dict[str, Any]:
     }
 
 
+def _replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"expected {old!r} once in the Alertmanager configuration"
+    return text.replace(old, new)
+
+
+def alertmanager_config(hook_url: str, token_file: Path) -> str:
+    """The shipped Alertmanager configuration, delivering to ``hook_url`` at once."""
+    text = ALERTMANAGER_CONFIG.read_text(encoding="utf-8")
+    text = _replace_once(text, "http://nodesync-controller.nodesync.svc:9618/alerts", hook_url)
+    text = _replace_once(text, "/etc/alertmanager/nodesync/token", str(token_file))
+    text = _replace_once(text, "group_wait: 30s", "group_wait: 0s")
+    return _replace_once(text, "group_interval: 1m", "group_interval: 1s")
+
+
+def rollback_alert(node: str) -> dict[str, Any]:
+    """A firing NodesyncNewNodeNotReady as Prometheus posts it to Alertmanager."""
+    return {
+        "labels": {
+            "alertname": "NodesyncNewNodeNotReady",
+            "node": node,
+            "severity": "critical",
+            "nodesync_action": "rollback_node",
+        },
+        "annotations": {"summary": f"New node {node} is not Ready: rolling it back."},
+        "startsAt": _rfc3339(60),
+        "generatorURL": "http://127.0.0.1/graph",
+    }
+
+
 class LoopThread:
     """An asyncio event loop running in a daemon thread."""
 
@@ -195,6 +235,7 @@ class Scenario:
     containerd: LocalContainerd = field(default_factory=LocalContainerd)
     clock: OffsetClock = field(default_factory=OffsetClock)
     prometheus: LocalPrometheus | None = None
+    alertmanager: LocalAlertmanager | None = None
     agent_port: int = 0
     controller_port: int = 0
     _thread: LoopThread | None = None
@@ -210,6 +251,11 @@ class Scenario:
         self.containerd.start()
         self._thread = LoopThread()
         uids = self._thread.run(self._start_apps())
+        token_file = self.workdir / "token"
+        token_file.write_text(HOOK_TOKEN)
+        hook_url = f"http://127.0.0.1:{self.controller_port}/alerts"
+        self.alertmanager = LocalAlertmanager(alertmanager_config(hook_url, token_file))
+        self.alertmanager.start()
         self.prometheus = LocalPrometheus(
             [
                 {
@@ -224,11 +270,16 @@ class Scenario:
                 },
             ],
             RULE_FILES,
+            alertmanager_url=self.alertmanager.url,
         )
         self.prometheus.start()
+        self.alertmanager.post_alerts([rollback_alert(FAILED_NODE)])
         # Prometheus scrapes for the first time ~5 s from now: run the pods meanwhile.
         self._thread.run(self._run_workload(uids), timeout=90.0)
         self.prometheus.wait_for_targets(timeout=30.0)
+        self.prometheus.wait_for(
+            'nodesync_alerts_received_total{status="firing"} > 0', timeout=30.0
+        )
 
     async def _start_apps(self) -> dict[str, str]:
         self._api = api = APIServer(store=Store(clock=self.clock), bookmark_interval=0.5)
@@ -293,6 +344,15 @@ class Scenario:
                 log_level="warning",
             ),
             registry=CollectorRegistry(),
+            extensions=[
+                webhook_extension(
+                    WebhookSettings(
+                        journal_path=str(self.workdir / "journal" / "journal.db"),
+                        token=HOOK_TOKEN,
+                    )
+                ),
+                executor_extension(HookSettings(dry_run=True)),
+            ],
         )
         runner, self.agent_port = await _serve(agent)
         self._runners.append(runner)
@@ -334,9 +394,10 @@ class Scenario:
     def close(self) -> list[str]:
         """Stop everything; returns what was left behind (empty when clean)."""
         leftovers: list[str] = []
-        if self.prometheus is not None:
-            self.prometheus.cleanup()
-            leftovers += self.prometheus.leftovers()
+        for service in (self.prometheus, self.alertmanager):
+            if service is not None:
+                service.cleanup()
+                leftovers += service.leftovers()
         if self._thread is not None:
             self._thread.run(self._stop_apps())
             self._thread.close()
