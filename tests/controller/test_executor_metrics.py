@@ -1,0 +1,122 @@
+"""The executor's metric families as tables, and docs/metrics.md's "Controller: rollback"
+section against them: the same names, every label value listed, accepted by promtool."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from exporter.controller.executor import REFUSAL_REASONS
+from exporter.metrics.rollback import ACTIONS, RESULTS, RollbackMetrics, RollbackStatus
+from exporter.model import guards, planner
+from exporter.model.plan import StepKind, StepState
+from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
+from tests.metrics.exposition import labels, render, series
+from tests.metrics.promtool import check_metrics
+
+SECTION = "Controller: rollback"
+
+FULL = RollbackStatus(
+    plans_in_progress=3,
+    leader=True,
+    paused=True,
+    budget_absolute=7,
+    budget_wave_fraction=1,
+    api_write_tokens=4.5,
+)
+
+
+def exposition(status: RollbackStatus = FULL) -> str:
+    metrics = RollbackMetrics(REFUSAL_REASONS)
+    metrics.action("cordon", "done")
+    metrics.action("cordon", "done")
+    metrics.action("drain", "failed")
+    metrics.refusal("blast_radius_fraction")
+    return render(metrics.families(status))
+
+
+def test_counts_and_gauges() -> None:
+    text = exposition()
+    actions = series(text, "nodesync_actions_total")
+    assert len(actions) == len(ACTIONS) * len(RESULTS)
+    assert actions[labels(action="cordon", result="done")] == 2
+    assert actions[labels(action="drain", result="failed")] == 1
+    assert sum(actions.values()) == 3
+    refusals = series(text, "nodesync_guard_refusals_total")
+    assert set(refusals) == {labels(reason=r) for r in REFUSAL_REASONS}
+    assert refusals[labels(reason="blast_radius_fraction")] == 1
+    assert sum(refusals.values()) == 1
+    assert series(text, "nodesync_plans_in_progress") == {labels(): 3}
+    assert series(text, "nodesync_executor_leader") == {labels(): 1}
+    assert series(text, "nodesync_rollbacks_paused") == {labels(): 1}
+    assert series(text, "nodesync_rollback_budget_remaining") == {
+        labels(kind="absolute"): 7,
+        labels(kind="wave_fraction"): 1,
+    }
+    assert series(text, "nodesync_api_write_tokens") == {labels(): 4.5}
+
+
+def test_unknown_state_leaves_series_out() -> None:
+    text = exposition(
+        RollbackStatus(
+            plans_in_progress=0,
+            leader=False,
+            paused=None,
+            budget_absolute=None,
+            budget_wave_fraction=None,
+            api_write_tokens=None,
+        )
+    )
+    assert series(text, "nodesync_executor_leader") == {labels(): 0}
+    for name in (
+        "nodesync_rollbacks_paused",
+        "nodesync_rollback_budget_remaining",
+        "nodesync_api_write_tokens",
+    ):
+        assert series(text, name) == {}
+
+
+def test_label_values_are_the_code_s() -> None:
+    assert [k.value for k in StepKind] == list(ACTIONS[:-1])
+    assert [s.value for s in StepState if s is not StepState.PENDING] == list(RESULTS[:-1])
+    assert set(REFUSAL_REASONS) == {*planner.REASONS, *guards.REASONS}
+    metrics = RollbackMetrics(REFUSAL_REASONS)
+    with pytest.raises(ValueError, match="unknown"):
+        metrics.action("reboot", "done")
+    with pytest.raises(ValueError, match="unknown"):
+        metrics.refusal("because")
+
+
+def section_text() -> str:
+    text = DOC.read_text()
+    start = text.index(f"## {SECTION}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def test_the_section_names_exactly_the_rollback_metrics() -> None:
+    documented = documented_metric_names(DOC.read_text(), SECTION)
+    exposed = exposed_metric_names(exposition())
+    assert sorted(exposed - documented) == [], "exposed but not documented"
+    assert sorted(documented - exposed) == [], "documented but not exposed"
+
+
+def test_the_section_lists_every_label_value() -> None:
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(
+            r"^\| `(nodesync_[a-z_]+)` \| [a-z]+ \| ([^|]*) \|", section_text(), re.M
+        )
+    }
+    values = re.findall(r"`([a-z_]+)`", rows["nodesync_actions_total"])
+    assert values == ["action", *ACTIONS, "result", *RESULTS]
+    values = re.findall(r"`([a-z_]+)`", rows["nodesync_guard_refusals_total"])
+    assert values == ["reason", *REFUSAL_REASONS]
+    values = re.findall(r"`([a-z_]+)`", rows["nodesync_rollback_budget_remaining"])
+    assert values == ["kind", "absolute", "wave_fraction"]
+
+
+@pytest.mark.prometheus
+def test_promtool_accepts_the_exposition() -> None:
+    check_metrics(exposition())
