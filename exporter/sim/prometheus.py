@@ -104,14 +104,6 @@ def _http(
             return int(err.code), bytes(err.read())
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 class _LocalService:
     """One background server process with a fresh directory, a free port and a ready check."""
 
