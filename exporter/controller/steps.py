@@ -24,7 +24,6 @@ so a step that is run again after a restart changes nothing the first run did:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from exporter.controller.hook_settings import HookSettings
 from exporter.kube.errors import KubeError
 from exporter.kube.writer import EvictionResult, KubeWriter
+from exporter.model.cleanup import CleanupState, CleanupStatus
 from exporter.model.guards import is_recovered, never_touch
 from exporter.model.kube import TAINT_NODESYNC, NodeInfo, PodInfo, Taint
 from exporter.model.plan import (
@@ -84,42 +84,9 @@ class StepOutcome:
     stop: PlanState | None = None  # end the plan in this state after this step
 
 
-@dataclass(frozen=True, slots=True)
-class CleanupStatus:
-    id: str
-    state: str  # done or failed
-    removed_sandboxes: int
-    removed_containers: int
-    error: str
-
-
 def cleanup_status(node: NodeInfo) -> CleanupStatus | None:
     """The agent's answer on the Node, if it is well-formed."""
-    raw = node.annotations.get(CLEANUP_STATUS_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-        return None
-    state = data.get("state")
-    if state not in ("done", "failed"):
-        return None
-
-    def number(key: str) -> int:
-        value = data.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    error = data.get("error")
-    return CleanupStatus(
-        id=data["id"],
-        state=state,
-        removed_sandboxes=number("removedSandboxes"),
-        removed_containers=number("removedContainers"),
-        error=error if isinstance(error, str) else "",
-    )
+    return CleanupStatus.from_json(node.annotations.get(CLEANUP_STATUS_ANNOTATION, ""))
 
 
 def node_ref(node: NodeInfo | None, name: str) -> ObjectRef:
@@ -303,11 +270,12 @@ class StepRunner:
             status = cleanup_status(current)
             ref = node_ref(current, name)
             if status is not None and status.id == request:
-                if status.state == "done":
+                if status.state is CleanupState.DONE:
                     return StepOutcome(
                         StepState.DONE,
                         f"the agent removed {status.removed_sandboxes} sandboxes and "
-                        f"{status.removed_containers} containers (request {request})",
+                        f"{status.removed_containers} containers and left {status.skipped} "
+                        f"items a re-check no longer confirmed (request {request})",
                         ref,
                     )
                 return StepOutcome(
@@ -335,7 +303,7 @@ class StepRunner:
     def _verify(self, plan: Plan, node: NodeInfo, request: str) -> StepOutcome:
         status = cleanup_status(node)
         problems = []
-        if status is None or status.id != request or status.state != "done":
+        if status is None or status.id != request or status.state is not CleanupState.DONE:
             problems.append(f"no successful cleanup {request} reported")
         if plan.action is Action.ROLLBACK_NODE and not node.unschedulable:
             problems.append("the node is not cordoned")
