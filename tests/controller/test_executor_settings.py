@@ -1,0 +1,111 @@
+"""The rollback hook's flags: defaults, environment, malformed values, and the guard policy."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+import pytest
+
+from exporter.controller.hook_settings import HookSettings, add_hook_flags, boolean
+from exporter.model.guards import GuardPolicy
+from exporter.settings import FlagAdder
+
+
+def parse(argv: list[str], environ: Mapping[str, str] | None = None) -> HookSettings:
+    parser = argparse.ArgumentParser()
+    add_hook_flags(FlagAdder(parser, environ or {}))
+    return HookSettings.from_args(parser.parse_args(argv))
+
+
+def test_defaults() -> None:
+    settings = parse([])
+    assert settings == HookSettings()
+    assert settings.policy == GuardPolicy()
+    assert (settings.dry_run, settings.delete_nodes, settings.leader_elect) == (False,) * 3
+    assert (settings.api_qps, settings.api_burst) == (5.0, 10)
+    assert (settings.eviction_timeout, settings.cleanup_timeout) == (120.0, 300.0)
+    assert settings.leader_identity  # hostname and pid when not set
+
+
+def test_flags_and_environment() -> None:
+    environ = {
+        "NODESYNC_DRY_RUN": "true",
+        "NODESYNC_MAX_ROLLBACK_FRACTION": "0.25",
+        "NODESYNC_LEADER_ELECT_IDENTITY": "pod-a",
+    }
+    argv = [
+        "--delete-nodes=yes",
+        "--scaleout-window=45m",
+        "--max-rollbacks=4",
+        "--max-rollbacks-window=2h",
+        "--correlated-failure-fraction=0.5",
+        "--correlated-failure-min-nodes=3",
+        "--node-monitor-grace-period=40s",
+        "--max-concurrent-rollbacks=1",
+        "--api-qps=2.5",
+        "--api-burst=4",
+        "--eviction-timeout=30s",
+        "--cleanup-timeout=1m",
+        "--leader-elect=true",
+        "--leader-elect-namespace=ops",
+        "--leader-elect-name=hook",
+        "--max-rollback-fraction=0.2",  # the flag wins over the environment
+    ]
+    settings = parse(argv, environ)
+    assert settings.dry_run is True
+    assert settings.delete_nodes is True
+    assert settings.policy == GuardPolicy(
+        scaleout_window=2700.0,
+        max_rollbacks=4,
+        max_rollbacks_window=7200.0,
+        max_rollback_fraction=0.2,
+        correlated_failure_fraction=0.5,
+        correlated_failure_min_nodes=3,
+        node_monitor_grace_period=40.0,
+        max_concurrent_rollbacks=1,
+    )
+    assert (settings.api_qps, settings.api_burst) == (2.5, 4)
+    assert (settings.eviction_timeout, settings.cleanup_timeout) == (30.0, 60.0)
+    assert settings.leader_elect is True
+    assert (settings.leader_elect_namespace, settings.leader_elect_name) == ("ops", "hook")
+    assert settings.leader_identity == "pod-a"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--max-rollback-fraction=1.5"],
+        ["--correlated-failure-fraction=-0.1"],
+        ["--max-rollbacks=-1"],
+        ["--max-concurrent-rollbacks=0"],
+        ["--api-qps=0"],
+        ["--api-qps=inf"],
+        ["--api-burst=0"],
+        ["--dry-run=maybe"],
+        ["--cleanup-timeout=0s"],
+    ],
+)
+def test_malformed_values_stop_at_start(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse(argv)
+    assert argv[0].split("=")[0] in capsys.readouterr().err
+
+
+def test_a_malformed_environment_value_names_the_variable(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        parse([], {"NODESYNC_DELETE_NODES": "sometimes"})
+    assert "NODESYNC_DELETE_NODES" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("true", True), ("TRUE", True), ("1", True), ("yes", True), ("on", True),
+     ("false", False), ("0", False), ("no", False), ("off", False), ("", False)],
+)  # fmt: skip
+def test_boolean(text: str, value: bool) -> None:
+    assert boolean(text) is value
