@@ -40,13 +40,25 @@ from exporter.model.guards import (
 )
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
 from exporter.model.payload import PayloadError, parse_payload
-from exporter.model.plan import Plan, Refusal
+from exporter.model.plan import Plan, Refusal, StepKind
 from exporter.model.planner import plan_alert
 from exporter.settings import FlagAdder, positive_duration
 
 PLAN = "plan"
 REFUSED = "refused"
 WAITS = "waits"
+
+# API writes a step makes when it has something to do, besides its Event (a drain also evicts
+# each pod on the node, which only the live list at execution time tells).
+_STEP_WRITES = {
+    StepKind.CORDON: 1,
+    StepKind.TAINT: 1,
+    StepKind.DRAIN: 0,
+    StepKind.EVICT_POD: 1,
+    StepKind.CLEANUP_RUNTIME: 1,
+    StepKind.VERIFY: 0,
+    StepKind.DELETE_NODE: 1,
+}
 
 
 def add_arguments(add: FlagAdder) -> None:
@@ -94,6 +106,17 @@ class Report:
     correlated: CorrelatedFailure
     policy: GuardPolicy
     delete_nodes: bool
+
+    @property
+    def api_writes(self) -> int:
+        """At most this many API writes for the planned steps and their Events (drains add one
+        per evicted pod; a step with nothing to do writes only its Event)."""
+        return sum(
+            _STEP_WRITES[s.kind] + 1
+            for d in self.decisions
+            if isinstance(d.outcome, Plan)
+            for s in d.outcome.steps
+        )
 
 
 def policy_from_args(args: argparse.Namespace) -> GuardPolicy:
@@ -192,6 +215,7 @@ def report_json(report: Report) -> dict[str, Any]:
             "paused": report.correlated.paused,
         },
         "delete_nodes": report.delete_nodes,
+        "api_writes": report.api_writes,
     }
 
 
@@ -225,6 +249,10 @@ def write_text(report: Report, out: TextIO) -> None:
             f"  wave {w.wave}: {w.used} of {w.limit} ({report.policy.max_rollback_fraction:g} "
             f"of {w.size} nodes), {w.remaining} left\n"
         )
+    out.write(
+        f"API writes: up to {report.api_writes} for these steps and their Events, plus one per "
+        "pod a drain evicts\n"
+    )
     c = report.correlated
     state = "PAUSED" if c.paused else "not paused"
     out.write(

@@ -72,6 +72,7 @@ async def test_thirty_alerts_in_text(
     assert "delete_node" not in out
     assert "Budget: 10 of 10 node rollbacks within 3600 s (0 left)" in out
     assert ": 10 of 10 (0.1 of 100 nodes), 0 left" in out
+    assert "API writes: up to 80 for these steps and their Events" in out  # 10 x (3 + 5)
     assert "Correlated failure: 0 of 0 established nodes failing: not paused" in out
     assert server.counters.writes() == 0
     assert server.counters.count(verb="list") == 2
@@ -110,6 +111,7 @@ async def test_json_from_stdin(
         "delete_node",
     ]
     assert report["delete_nodes"] is True
+    assert report["api_writes"] == 4 + 6  # cordon, taint, cleanup, delete; six Events
     assert report["budget"]["absolute"] == {
         "limit": 10,
         "used": 1,
