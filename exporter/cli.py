@@ -12,7 +12,10 @@ from collections.abc import Mapping, Sequence
 from prometheus_client import disable_created_metrics
 
 from exporter import __version__
+from exporter.controller import plan_cli
+from exporter.controller.hook_settings import HookSettings, add_hook_flags
 from exporter.controller.settings import ControllerSettings, add_controller_flags
+from exporter.controller.webhook_settings import WebhookSettings, add_webhook_flags
 from exporter.logs import setup_logging
 from exporter.settings import (
     AgentSettings,
@@ -54,6 +57,18 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
     )
     add = FlagAdder(controller, environ)
     add_controller_flags(add)
+    add_webhook_flags(add)
+    add_hook_flags(add)
+    add_common_flags(add)
+
+    plan = commands.add_parser(
+        "plan",
+        help="show what the rollback hook would do with an Alertmanager payload, changing nothing",
+        description="Reads a webhook payload (file or - for stdin) and the live cluster, and "
+        "prints the plan or refusal per alert and the budget it would use. Writes nothing.",
+    )
+    add = FlagAdder(plan, environ)
+    plan_cli.add_arguments(add)
     add_common_flags(add)
 
     sim = commands.add_parser("sim", help="local stand-ins for trying nodesync out and for tests")
@@ -91,7 +106,8 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = get_parser().parse_args(argv)
+    environ = os.environ
+    args = get_parser(environ).parse_args(argv)
     setup_logging(args.log_format, args.log_level)
     # ``<name>_created`` series double the exposition and no rule or dashboard uses them.
     disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -99,7 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "agent":
             return _run_agent(AgentSettings.from_args(args))
         if args.command == "controller":
-            return _run_controller(ControllerSettings.from_args(args))
+            return _run_controller(args, environ)
+        if args.command == "plan":
+            return asyncio.run(plan_cli.run(args))
         if args.command == "sim" and args.sim_command == "node":
             from exporter.sim.local_node import run_local_node
 
@@ -123,15 +141,41 @@ def _run_agent(settings: AgentSettings) -> int:
     return 0
 
 
-def _run_controller(settings: ControllerSettings) -> int:
+def _run_controller(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from exporter.controller.app import make_app
+    from exporter.controller.executor import executor_extension
+    from exporter.controller.journal import JournalError
+    from exporter.controller.webhook import WebhookConfigError, tls_context, webhook_extension
     from exporter.kube.config import ConfigError
     from exporter.serve import serve
 
-    log.info("starting controller", extra={"version": __version__, **settings.as_log_fields()})
+    settings = ControllerSettings.from_args(args)
+    hook = HookSettings.from_args(args)
     try:
-        asyncio.run(serve(make_app(settings), settings.listen_host, settings.listen_port))
-    except ConfigError as exc:
-        log.error("cannot configure the API client", extra={"error": str(exc)})
+        webhook = WebhookSettings.from_args(args, environ)
+        # Without a token there is no webhook, and so nothing to execute: a cluster view only.
+        extensions = (
+            [webhook_extension(webhook), executor_extension(hook)] if webhook.has_token else []
+        )
+        ssl_context = tls_context(webhook)
+    except (ValueError, WebhookConfigError) as exc:
+        log.error("cannot configure the webhook", extra={"error": str(exc)})
+        return 2
+    log.info(
+        "starting controller",
+        extra={
+            "version": __version__,
+            **settings.as_log_fields(),
+            **webhook.as_log_fields(),
+            **hook.as_log_fields(),
+        },
+    )
+    if not webhook.has_token:
+        log.warning("no webhook token: serving the cluster view only, no rollbacks")
+    try:
+        app = make_app(settings, extensions=extensions)
+        asyncio.run(serve(app, settings.listen_host, settings.listen_port, ssl_context=ssl_context))
+    except (ConfigError, JournalError) as exc:
+        log.error("cannot start the controller", extra={"error": str(exc)})
         return 2
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 
 from aiohttp import web
 
@@ -12,7 +13,12 @@ log = logging.getLogger(__name__)
 
 
 async def serve(
-    app: web.Application, host: str, port: int, stop: asyncio.Event | None = None
+    app: web.Application,
+    host: str,
+    port: int,
+    stop: asyncio.Event | None = None,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -21,7 +27,7 @@ async def serve(
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
         await site.start()
         log.info("listening", extra={"address": f"{host}:{port}"})
         await stop.wait()

@@ -37,6 +37,8 @@ KUBE_METRICS = web.AppKey("kube_metrics", KubeRequestMetrics)
 Extension = Callable[[web.Application], None]
 
 _GIVEN_API = web.AppKey("given_api", bool)
+# Set by the rollback executor when it runs with leader election: "do I lead now?".
+LEADING: web.AppKey[Callable[[], bool]] = web.AppKey("leading")
 
 
 async def connect(settings: ControllerSettings, observer: RequestObserver | None = None) -> KubeAPI:
@@ -107,8 +109,19 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "apiserver_up": cluster.status().up})
 
 
+def follower(app: web.Application) -> bool:
+    """True on a replica that runs leader election and does not lead now. Such a replica is
+    not ready and refuses webhooks with 503, so that the Service sends Alertmanager (which
+    retries 5xx) to the leader: the journal is local to each replica."""
+    leading = app.get(LEADING)
+    return leading is not None and not leading()
+
+
 async def readyz(request: web.Request) -> web.Response:
-    """Ready once Nodes and Leases were both listed: before that the view is incomplete."""
+    """Ready once Nodes and Leases were both listed (before that the view is incomplete) and,
+    with leader election, only on the leader."""
+    if follower(request.app):
+        return web.json_response({"status": "not the leader"}, status=503)
     cluster = request.app[CLUSTER]
     if not cluster.synced:
         return web.json_response(

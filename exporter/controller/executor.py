@@ -33,7 +33,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from exporter.controller.app import CLUSTER, KUBE_API, REGISTRY
+from exporter.controller.app import CLUSTER, KUBE_API, LEADING, REGISTRY
 from exporter.controller.hook_settings import HookSettings
 from exporter.controller.journal import AlertRecord, Journal, JournalError, PlanRecord
 from exporter.controller.steps import (
@@ -592,6 +592,8 @@ def executor_extension(settings: HookSettings) -> Callable[[web.Application], No
 
     def extend(app: web.Application) -> None:
         app.cleanup_ctx.append(functools.partial(_executor_ctx, settings))
+        if settings.leader_elect:
+            app[LEADING] = lambda: EXECUTOR in app and app[EXECUTOR].leading
 
     return extend
 

@@ -27,7 +27,7 @@ from typing import NoReturn
 
 from aiohttp import hdrs, web
 
-from exporter.controller.app import REGISTRY
+from exporter.controller.app import REGISTRY, follower
 from exporter.controller.journal import Journal, JournalError, RecordResult
 from exporter.controller.webhook_settings import TOKEN_ENV, WebhookSettings
 from exporter.metrics.collector import SnapshotCollector
@@ -195,6 +195,8 @@ async def _receive(request: web.Request) -> web.Response:
     refused = _authorized(request)
     if refused is not None:
         return refused
+    if follower(request.app):
+        return _error(503, "not the leader; retry (the Service routes to the leader)")
     limit = request.app[WEBHOOK_SETTINGS].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         return _error(413, f"the body is larger than {limit} bytes")

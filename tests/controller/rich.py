@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from exporter.controller.executor import REFUSAL_REASONS
 from exporter.controller.exposition import SOURCE_APISERVER, controller_families
+from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.kube_requests import KubeRequestMetrics
+from exporter.metrics.rollback import RollbackMetrics, RollbackStatus
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family
 from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.kube import NodeCondition, Taint
 from tests.controller.builders import T0, lease, node
+from tests.controller.webhook_rich import rich_webhook
 from tests.metrics.exposition import render
 
 WAVE_LABEL = "example.com/scale-out"
@@ -67,12 +71,33 @@ def rich_kube_requests(registry: CollectorRegistry) -> None:
     metrics.observe_skipped_object("leases")
 
 
-def rich_controller_exposition(*, with_kube_requests: bool = True) -> str:
+def rich_rollback(registry: CollectorRegistry) -> None:
+    """What the rollback executor adds to /metrics, with something in every series."""
+    metrics = RollbackMetrics(REFUSAL_REASONS)
+    metrics.action("cordon", "done")
+    metrics.action("drain", "failed")
+    metrics.refusal("blast_radius_fraction")
+    status = RollbackStatus(
+        plans_in_progress=3,
+        leader=True,
+        paused=True,
+        budget_absolute=7,
+        budget_wave_fraction=1,
+        api_write_tokens=4.5,
+    )
+    registry.register(SnapshotCollector(lambda: metrics.families(status)))
+
+
+def rich_controller_exposition(*, with_kube_requests: bool = True, with_hook: bool = True) -> str:
     """Everything the controller's /metrics serves: the families built from the view and, unless
-    told otherwise, the API client's instruments."""
+    told otherwise, the API client's instruments and the rollback hook's (webhook, journal,
+    executor)."""
     registry = CollectorRegistry()
     if with_kube_requests:
         rich_kube_requests(registry)
+    if with_hook:
+        rich_webhook(registry)
+        rich_rollback(registry)
     return render(
         controller_families(
             rich_view(),
