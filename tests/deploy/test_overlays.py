@@ -1,0 +1,125 @@
+"""What each overlay and component changes, and nothing else."""
+
+from __future__ import annotations
+
+import copy
+
+from exporter.controller.hook_settings import HookSettings
+from tests.deploy.manifests import (
+    BASE,
+    COMPONENTS,
+    OVERLAYS,
+    Obj,
+    build,
+    build_with,
+    container,
+    controller_workload,
+    env,
+    find,
+    one,
+)
+
+
+def _key(obj: Obj) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def _by_key(objects: list[Obj]) -> dict[tuple[str, str, str], Obj]:
+    return {_key(o): o for o in objects}
+
+
+def _without_env(obj: Obj, *names: str) -> Obj:
+    """A copy of a workload with the named variables removed and the others in name order."""
+    obj = copy.deepcopy(obj)
+    for spec in obj["spec"]["template"]["spec"]["containers"]:
+        spec["env"] = sorted(
+            (e for e in spec.get("env", []) if e["name"] not in names), key=lambda e: e["name"]
+        )
+    return obj
+
+
+def test_standard_is_the_base_plus_the_monitoring_objects() -> None:
+    base = _by_key(build(BASE))
+    standard = _by_key(build(OVERLAYS / "standard"))
+    added = {k[0] for k in standard.keys() - base.keys()}
+    assert base.keys() <= standard.keys()
+    assert added == {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
+    assert all(standard[k] == base[k] for k in base)
+
+
+def test_dry_run_differs_from_standard_in_the_dry_run_flag_only() -> None:
+    standard = _by_key(build(OVERLAYS / "standard"))
+    dry_run = _by_key(build(OVERLAYS / "dry-run"))
+    assert dry_run.keys() == standard.keys()
+    changed = [k for k in standard if standard[k] != dry_run[k]]
+    assert changed == [("Deployment", "nodesync", "nodesync-controller")]
+    deployment = dry_run[changed[0]]
+    assert env(container(deployment, "controller"))["NODESYNC_DRY_RUN"]["value"] == "true"
+    assert _without_env(deployment, "NODESYNC_DRY_RUN") == _without_env(
+        standard[changed[0]], "NODESYNC_DRY_RUN"
+    )
+
+
+def test_ha_runs_two_controllers_with_leader_election_and_a_journal_each() -> None:
+    objects = build(OVERLAYS / "ha")
+    assert find(objects, "Deployment") == []
+    assert find(objects, "PersistentVolumeClaim") == []
+    statefulset = one(objects, "StatefulSet", "nodesync-controller")
+    spec = statefulset["spec"]
+    assert spec["replicas"] == 2
+    # Only the leader is ready: a rolling update would wait forever for a follower.
+    assert spec["updateStrategy"] == {"type": "OnDelete"}
+    variables = env(container(statefulset, "controller"))
+    assert variables["NODESYNC_LEADER_ELECT"]["value"] == "true"
+    assert variables["NODESYNC_LEADER_ELECT_IDENTITY"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.name"}
+    }
+    governing = one(objects, "Service", spec["serviceName"])
+    assert governing["spec"]["clusterIP"] == "None"
+    # Each replica's journal claim is the base's claim.
+    base_claim = one(build(BASE), "PersistentVolumeClaim", "nodesync-journal")
+    (template,) = spec["volumeClaimTemplates"]
+    assert template["spec"] == base_claim["spec"]
+
+
+def test_ha_pod_template_is_the_base_deployments_plus_leader_election() -> None:
+    deployment = one(build(BASE), "Deployment", "nodesync-controller")
+    statefulset = one(build(OVERLAYS / "ha"), "StatefulSet", "nodesync-controller")
+    names = ("NODESYNC_LEADER_ELECT", "NODESYNC_LEADER_ELECT_IDENTITY")
+    ours = _without_env(statefulset, *names)["spec"]["template"]
+    theirs = _without_env(deployment, *names)["spec"]["template"]
+    # The differences on purpose: spread over nodes, the journal from the claim template.
+    assert ours["spec"].pop("affinity")["podAntiAffinity"]
+    theirs["spec"]["volumes"] = [v for v in theirs["spec"]["volumes"] if v["name"] != "journal"]
+    assert ours == theirs
+
+
+def test_ha_holds_exactly_the_default_leader_lease() -> None:
+    defaults = HookSettings()
+    objects = build(OVERLAYS / "ha")
+    role = one(objects, "Role", "nodesync-controller-leader-election")
+    assert role["metadata"]["namespace"] == defaults.leader_elect_namespace
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert [r["resourceNames"] for r in named] == [[defaults.leader_elect_name]]
+    assert find(build(BASE), "Role", "nodesync-controller-leader-election") == []
+
+
+def test_deleting_nodes_is_a_component_with_its_permission() -> None:
+    def deletes(objects: list[Obj]) -> bool:
+        return any(
+            "nodes" in rule["resources"] and "delete" in rule["verbs"]
+            for role in find(objects, "ClusterRole")
+            for rule in role["rules"]
+        )
+
+    assert not deletes(build(BASE))
+    for overlay in (OVERLAYS / "standard", OVERLAYS / "ha"):
+        plain = build(overlay)
+        objects = build_with([overlay], [COMPONENTS / "delete-nodes"])
+        assert deletes(objects)
+        workload = controller_workload(objects)
+        assert env(container(workload, "controller"))["NODESYNC_DELETE_NODES"]["value"] == "true"
+        assert _without_env(workload, "NODESYNC_DELETE_NODES") == _without_env(
+            controller_workload(plain), "NODESYNC_DELETE_NODES"
+        )
