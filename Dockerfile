@@ -1,24 +1,39 @@
 # syntax=docker/dockerfile:1
-# nodesync: one image for every role (agent, controller); the role is the first argument.
+# nodesync: one image for both roles; the role is the first argument (agent, controller).
+# Build: docker build -t nodesync:0.1.0 --build-arg REVISION=$(git rev-parse HEAD) .
+# What each role needs at run time (the agent is not an ordinary pod): docs/install.md.
 
-FROM python:3.11-slim-bookworm AS build
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ---- build: a wheel of nodesync and of every dependency, at the versions CI tests.
+FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY exporter ./exporter
 RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt .
 
-FROM python:3.11-slim-bookworm
+# ---- runtime: the wheels installed from the build stage, nothing else.
+FROM ${PYTHON_IMAGE} AS runtime
+ARG PYTHON_IMAGE
+ARG VERSION=0.1.0
+ARG REVISION=unknown
 LABEL org.opencontainers.image.title="nodesync" \
       org.opencontainers.image.description="Node state sync during Kubernetes scale-out: metrics and safe rollbacks" \
-      org.opencontainers.image.licenses="Apache-2.0"
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links /wheels nodesync && rm -rf /wheels
-# The controller runs as this user. The agent needs the CRI socket, which containerd creates
-# root-owned with mode 0660: the agent's DaemonSet runs it as root (or as a group that owns the
-# socket) with a read-only root filesystem and no added capabilities.
-RUN useradd --system --uid 65532 --no-create-home nodesync
-USER 65532
-# 9617: agent metrics; 9618: controller metrics and webhook.
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links /wheels nodesync \
+    && groupadd --system --gid 65532 nodesync \
+    && useradd --system --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin nodesync
+# Numeric, so that Kubernetes can verify runAsNonRoot. The controller runs as this user; so
+# does the agent, with root's group added for containerd's socket and kubelet's directories
+# (deploy/base/agent-daemonset.yaml, docs/install.md#the-agents-privileges).
+USER 65532:65532
+# 9617: the agent's /metrics, /healthz, /readyz. 9618: the controller's, and POST /alerts.
 EXPOSE 9617 9618
 ENTRYPOINT ["nodesync"]
-CMD ["agent"]
+CMD ["--help"]

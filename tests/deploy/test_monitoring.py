@@ -1,0 +1,236 @@
+"""The Prometheus Operator objects: the PrometheusRule is rules/*.yml exactly (and promtool
+accepts it), the agents' targets get the labels docs/rules.md requires, and the
+AlertmanagerConfig routes as deploy/alertmanager/alertmanager.yml does."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy import prometheusrule
+from tests.deploy.manifests import COMPONENTS, OVERLAYS, ROOT, Obj, build, one
+from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, load
+
+MONITORING = COMPONENTS / "monitoring"
+
+
+# ---------------------------------------------------------------- the PrometheusRule
+
+
+def test_the_shipped_prometheusrule_is_generated_from_the_rule_files() -> None:
+    shipped = prometheusrule.MANIFEST.read_text(encoding="utf-8")
+    assert shipped == prometheusrule.render(), (
+        "deploy/components/monitoring/prometheusrule.json differs from rules/*.yml: "
+        "run scripts/gen-prometheusrule"
+    )
+    spec_groups = json.loads(shipped)["spec"]["groups"]
+    rule_files = prometheusrule.rule_files()
+    assert [g["name"] for g in spec_groups] == [
+        g["name"] for path in rule_files for g in load(path)["groups"]
+    ]
+
+
+def test_kustomize_ships_the_rule_unchanged() -> None:
+    built = one(build(OVERLAYS / "standard"), "PrometheusRule", "nodesync")
+    assert built == json.loads(prometheusrule.MANIFEST.read_text(encoding="utf-8"))
+
+
+@pytest.mark.prometheus
+def test_promtool_accepts_the_generated_groups(tmp_path: Path) -> None:
+    groups = prometheusrule.manifest()["spec"]["groups"]
+    rules = tmp_path / "nodesync.rules.json"
+    rules.write_text(json.dumps({"groups": groups}), encoding="utf-8")
+    result = subprocess.run(
+        [binary("promtool"), "check", "rules", str(rules)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, explain(result)
+
+
+def test_the_generator_reports_and_repairs_drift(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "deploy" / "components" / "monitoring" / "prometheusrule.json"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(prometheusrule.render().replace("2m", "3m", 1), encoding="utf-8")
+    monkeypatch.setattr(prometheusrule, "MANIFEST", copy)
+    monkeypatch.setattr(prometheusrule, "ROOT", tmp_path)
+    assert prometheusrule.main(["--check"]) == 1
+    assert "run scripts/gen-prometheusrule" in capsys.readouterr().err
+    assert prometheusrule.main([]) == 0
+    assert copy.read_text(encoding="utf-8") == prometheusrule.render()
+    assert prometheusrule.main(["--check"]) == 0
+
+
+def test_the_generator_script_checks_the_repository() -> None:
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "gen-prometheusrule"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_group_name_used_twice_is_refused(tmp_path: Path) -> None:
+    for name in ("a.yml", "b.yml"):
+        (tmp_path / name).write_text(
+            "groups:\n  - name: same\n    rules:\n      - record: x\n        expr: up\n",
+            encoding="utf-8",
+        )
+    with pytest.raises(ValueError, match="group 'same'"):
+        prometheusrule.groups(tmp_path)
+
+
+# ---------------------------------------------------------------- the agents' target labels
+
+
+def relabel(labels: dict[str, str], configs: list[Obj]) -> dict[str, str]:
+    """Prometheus' relabelling (the actions the ServiceMonitors use), then the removal of the
+    ``__`` labels that happens after relabelling."""
+    labels = dict(labels)
+    for config in configs:
+        action = config.get("action", "replace")
+        regex = re.compile(config.get("regex", "(.*)"))
+        if action == "replace":
+            value = config.get("separator", ";").join(
+                labels.get(name, "") for name in config.get("sourceLabels", [])
+            )
+            match = regex.fullmatch(value)
+            if match is None:
+                continue
+            result = match.expand(config.get("replacement", "$1").replace("$", "\\"))
+            if result:
+                labels[config["targetLabel"]] = result
+            else:
+                labels.pop(config["targetLabel"], None)
+        elif action == "labeldrop":
+            labels = {k: v for k, v in labels.items() if not regex.fullmatch(k)}
+        elif action == "labelkeep":
+            labels = {k: v for k, v in labels.items() if regex.fullmatch(k)}
+        else:
+            raise AssertionError(f"relabel action {action} is not modelled here")
+    return {k: v for k, v in labels.items() if not k.startswith("__")}
+
+
+def operator_target(monitor: Obj, service: Obj, pod: str, node: str) -> dict[str, str]:
+    """The labels the Prometheus Operator gives an endpoints target before a ServiceMonitor's
+    own relabelings run (plus the discovery labels those may read)."""
+    meta = service["metadata"]
+    return {
+        "__address__": f"10.0.0.7:{service['spec']['ports'][0]['port']}",
+        "__meta_kubernetes_pod_node_name": node,
+        "__meta_kubernetes_pod_name": pod,
+        "instance": f"10.0.0.7:{service['spec']['ports'][0]['port']}",
+        "job": meta["name"],
+        "namespace": meta["namespace"],
+        "service": meta["name"],
+        "pod": pod,
+        "container": "agent",
+        "endpoint": monitor["spec"]["endpoints"][0]["port"],
+    }
+
+
+def test_agent_targets_carry_the_node_and_no_pod_identity() -> None:
+    objects = build(OVERLAYS / "standard")
+    monitor = one(objects, "ServiceMonitor", "nodesync-agent")
+    service = one(objects, "Service", "nodesync-agent")
+    target = operator_target(monitor, service, "nodesync-agent-x7k2p", "ip-10-0-1-7")
+    labels = relabel(target, monitor["spec"]["endpoints"][0]["relabelings"])
+    assert labels["node"] == "ip-10-0-1-7"
+    # The agent's series carry namespace, pod and container of the pods they describe.
+    assert {"namespace", "pod", "container"}.isdisjoint(labels)
+    assert labels["agent_namespace"] == "nodesync"
+    assert labels["agent_pod"] == "nodesync-agent-x7k2p"
+
+
+def test_controller_targets_carry_no_node_label() -> None:
+    objects = build(OVERLAYS / "standard")
+    monitor = one(objects, "ServiceMonitor", "nodesync-controller")
+    service = one(objects, "Service", "nodesync-controller-metrics")
+    target = operator_target(monitor, service, "nodesync-controller-0", "ip-10-0-1-7")
+    labels = relabel(target, monitor["spec"]["endpoints"][0].get("relabelings", []))
+    assert "node" not in labels
+
+
+def test_scrapes_are_frequent_enough_for_the_rules() -> None:
+    objects = build(OVERLAYS / "standard")
+    for name in ("nodesync-agent", "nodesync-controller"):
+        for endpoint in one(objects, "ServiceMonitor", name)["spec"]["endpoints"]:
+            assert endpoint["interval"] in ("15s", "30s", "1m")
+
+
+# ---------------------------------------------------------------- Alertmanager
+
+
+_MATCHER = re.compile(r'^(?P<name>\w+)(?P<op>=~|!~|!=|=)"(?P<value>.*)"$')
+
+
+def _matchers(strings: list[str]) -> list[dict[str, str]]:
+    found = []
+    for text in strings:
+        match = _MATCHER.match(text)
+        assert match is not None, f"unexpected matcher {text!r}"
+        found.append({"name": match["name"], "matchType": match["op"], "value": match["value"]})
+    return found
+
+
+def _example() -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    config = load(ALERTMANAGER_CONFIG)
+    (route,) = [r for r in config["route"]["routes"] if r["receiver"] == "nodesync-hook"]
+    (receiver,) = [r for r in config["receivers"] if r["name"] == "nodesync-hook"]
+    return route, receiver, config["inhibit_rules"]
+
+
+def test_the_alertmanagerconfig_routes_like_the_example_configuration() -> None:
+    route, receiver, inhibit = _example()
+    shipped = one(build(MONITORING), "AlertmanagerConfig", "nodesync")["spec"]
+    assert shipped["route"] == {
+        "receiver": "nodesync-hook",
+        "matchers": _matchers(route["matchers"]),
+        "groupBy": route["group_by"],
+        "groupWait": route["group_wait"],
+        "groupInterval": route["group_interval"],
+        "repeatInterval": route["repeat_interval"],
+    }
+    (hook,) = receiver["webhook_configs"]
+    (ours,) = shipped["receivers"][0]["webhookConfigs"]
+    assert ours["url"] == hook["url"]
+    assert str(ours["sendResolved"]).lower() == str(hook["send_resolved"]).lower()
+    assert str(ours["maxAlerts"]) == str(hook["max_alerts"])
+    assert ours["httpConfig"]["authorization"]["type"] == "Bearer"
+    assert shipped["inhibitRules"] == [
+        {
+            "sourceMatch": _matchers(rule["source_matchers"]),
+            "targetMatch": _matchers(rule["target_matchers"]),
+            **({"equal": rule["equal"]} if "equal" in rule else {}),
+        }
+        for rule in inhibit
+    ]
+
+
+def test_the_webhook_url_is_the_controllers_service_and_the_token_its_secret() -> None:
+    objects = build(OVERLAYS / "standard")
+    spec = one(objects, "AlertmanagerConfig", "nodesync")["spec"]
+    (hook,) = spec["receivers"][0]["webhookConfigs"]
+    service = one(objects, "Service", "nodesync-controller")
+    meta = service["metadata"]
+    port = service["spec"]["ports"][0]["port"]
+    assert hook["url"] == f"http://{meta['name']}.{meta['namespace']}.svc:{port}/alerts"
+    credentials = hook["httpConfig"]["authorization"]["credentials"]
+    controller = one(objects, "Deployment", "nodesync-controller")
+    token = next(
+        e
+        for e in controller["spec"]["template"]["spec"]["containers"][0]["env"]
+        if e["name"] == "NODESYNC_WEBHOOK_TOKEN"
+    )
+    assert token["valueFrom"]["secretKeyRef"] == credentials
