@@ -1,0 +1,435 @@
+"""Benchmark: an agent syncing its node's view of the API server at 110 pods.
+
+The test API server (``nodesync sim apiserver``, a child process on loopback) holds one Node, its
+Lease, the pods bound to that node and many more pods bound to other nodes, so the agent's field
+selector (spec.nodeName) has real work to do. Measured:
+
+- **API view, in process**: for each round, a fresh ``KubeAPI`` and ``AgentAPIView`` (its three
+  informers: own Node, own Lease, pods bound to the node; no initial jitter), timed from
+  ``run()`` until ``.synced``;
+- **full agent**: a real ``nodesync agent`` process with ``--node-name`` and ``--kubeconfig``,
+  watching a private real containerd that runs the same pods (same uids as in the API server,
+  and a kubelet pod directory for each), timed from process start until /metrics shows every
+  pod Running from the API server and every drift count at 0; then its RSS and peak RSS
+  (VmHWM) after 20 scrapes, and a last check, once the drift grace period is over and two more
+  cycles ran, that drift is still 0 everywhere (the uids really match), with RSS and peak again.
+
+Run as root (containerd needs it) on a machine with containerd, runc and busybox-static
+(scripts/setup installs them):
+
+    .venv/bin/python -m bench.agent_apiview [--pods 110] [--other-pods 2000] [--rounds 10]
+        [--sync-period 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+from bench.controller_sync import (
+    SimAPIServer,
+    bounded,
+    free_port,
+    http_get,
+    lease_body,
+    lease_path,
+    log_tail,
+    machine,
+    node_body,
+    nodesync,
+    peak_rss_bytes,
+    percentile,
+    remove_tree,
+    rfc3339,
+    rfc3339_micro,
+    stop_process,
+)
+from exporter.agent.apiview import AgentAPIView
+from exporter.kube.api import KubeAPI
+from exporter.kube.config import load_configuration
+from exporter.sim.containerd import IMAGE_REF, LocalContainerd
+from exporter.sim.runtime_pods import ContainerSpec, run_pod
+
+NODE = "bench-node"
+NAMESPACE = "default"
+DRIFT_KINDS = frozenset(
+    {"orphan_sandbox", "missing_sandbox", "orphan_container", "stale_sandbox", "kubelet_only"}
+)
+#: Short, so the first drift computation already judges pods and sandboxes created seconds ago.
+DRIFT_GRACE_SECONDS = 1.0
+JSONObject = dict[str, Any]
+Labels = frozenset[tuple[str, str]]
+
+
+def pod_body(name: str, node: str, index: int) -> JSONObject:
+    """A Deployment's pod as the scheduler leaves it (about 2 KB of JSON)."""
+    app = f"app-{index % 40}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {"app": app, "pod-template-hash": "7d4b9c8f6d", "tier": "backend"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-30T00:00:00Z"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"{app}-7d4b9c8f6d",
+                    "uid": f"00000000-0000-0000-0000-{index % 40:012d}",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "schedulerName": "default-scheduler",
+            "priority": 0,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": IMAGE_REF,
+                    "command": ["/bin/sleep", "inf"],
+                    "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                    "env": [
+                        {"name": "LOG_LEVEL", "value": "info"},
+                        {
+                            "name": "POD_NAME",
+                            "valueFrom": {
+                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}
+                            },
+                        },
+                    ],
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "16Mi"},
+                        "limits": {"memory": "64Mi"},
+                    },
+                    "readinessProbe": {
+                        "httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
+                        "periodSeconds": 10,
+                        "timeoutSeconds": 1,
+                        "successThreshold": 1,
+                        "failureThreshold": 3,
+                    },
+                    "volumeMounts": [
+                        {
+                            "name": "kube-api-access",
+                            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                            "readOnly": True,
+                        }
+                    ],
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "kube-api-access",
+                    "projected": {
+                        "defaultMode": 420,
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}
+                        ],
+                    },
+                }
+            ],
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+            ],
+        },
+    }
+
+
+def running_status(index: int) -> JSONObject:
+    """The status kubelet reports for a pod whose one container runs."""
+    now = rfc3339()
+
+    def condition(type_: str) -> JSONObject:
+        return {"type": type_, "status": "True", "lastTransitionTime": now}
+
+    return {
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                condition("PodReadyToStartContainers"),
+                condition("Initialized"),
+                condition("Ready"),
+                condition("ContainersReady"),
+                condition("PodScheduled"),
+            ],
+            "hostIP": "10.0.0.1",
+            "podIP": f"10.64.{index // 256}.{index % 256}",
+            "startTime": now,
+            "qosClass": "Burstable",
+            "containerStatuses": [
+                {
+                    "name": "app",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "image": IMAGE_REF,
+                    "imageID": IMAGE_REF,
+                    "containerID": f"containerd://{index:064x}",
+                    "state": {"running": {"startedAt": now}},
+                }
+            ],
+        }
+    }
+
+
+async def populate(api: SimAPIServer, pods: int, other_pods: int) -> list[JSONObject]:
+    """The Node, its Lease, ``pods`` pods bound to it and ``other_pods`` bound to 20 other
+    nodes, all Running; returns the pods bound to this node as the API server stored them."""
+    node = await api.create("/api/v1/nodes", node_body(NODE, 0, time.time()))
+    await api.create(lease_path(), lease_body(node, rfc3339_micro()))
+    bodies = [pod_body(f"mine-{i:03d}", NODE, i) for i in range(pods)]
+    bodies += [pod_body(f"other-{i:05d}", f"other-{i % 20:02d}", i) for i in range(other_pods)]
+    base = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    created = await bounded([api.create(base, b) for b in bodies], 32)
+    await bounded(
+        [
+            api.merge_patch(f"{base}/{p['metadata']['name']}/status", running_status(i))
+            for i, p in enumerate(created)
+        ],
+        32,
+    )
+    return created[:pods]
+
+
+def samples(body: bytes, name: str) -> dict[Labels, float]:
+    """Every sample of one metric in a text exposition, by its labels (for label values without
+    commas or escapes, as nodesync's are)."""
+    found: dict[Labels, float] = {}
+    prefix = name.encode() + b"{"
+    for line in body.splitlines():
+        if line.startswith(prefix):
+            head, _, value = line.rpartition(b"} ")
+            pairs = [p.partition("=") for p in head[len(prefix) :].decode().split(",") if p]
+            found[frozenset((k, v.strip('"')) for k, _, v in pairs)] = float(value)
+    return found
+
+
+def healthy(body: bytes, pods: int) -> bool:
+    """Every bound pod Running in the API server's view, and drift reported and 0 for each kind."""
+    phases = samples(body, "nodesync_pods")
+    running = phases.get(frozenset({("phase", "Running"), ("source", "apiserver")}))
+    drift = {dict(k)["kind"]: v for k, v in samples(body, "nodesync_drift_pods").items()}
+    return running == pods and set(drift) == DRIFT_KINDS and not any(drift.values())
+
+
+async def time_api_view(kubeconfig: str, pods: int, rounds: int) -> dict[str, object]:
+    synced: list[float] = []
+    for _ in range(rounds):
+        configuration = await load_configuration(kubeconfig)
+        api = KubeAPI(configuration)
+        view = AgentAPIView(api, NODE, initial_jitter_seconds=0)
+        started = time.perf_counter()
+        task = asyncio.create_task(view.run())
+        try:
+            while not view.synced:
+                if task.done() or time.perf_counter() - started > 30:
+                    raise RuntimeError(f"API view did not sync: {view.error}")
+                await asyncio.sleep(0.001)
+            synced.append(time.perf_counter() - started)
+            listed = view.pods()
+            assert listed is not None, "the pods were not listed"
+            assert len(listed) == pods, "not every bound pod was listed"
+            assert view.node() is not None, "no Node"
+            assert view.lease() is not None, "no Lease"
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await api.close()
+    ordered = sorted(synced)
+    return {
+        "rounds": rounds,
+        "first_ms": synced[0] * 1000,
+        "median_ms": statistics.median(ordered) * 1000,
+        "p90_ms": percentile(ordered, 0.9) * 1000,
+        "max_ms": ordered[-1] * 1000,
+    }
+
+
+async def run_runtime_pods(endpoint: str, pods: list[JSONObject], parallel: int = 4) -> None:
+    """Run each API pod in containerd under its namespace, name and server-assigned uid."""
+    sleeper = [ContainerSpec("app", ["/bin/sleep", "inf"])]
+    await bounded(
+        [
+            run_pod(endpoint, p["metadata"]["name"], NAMESPACE, p["metadata"]["uid"], sleeper)
+            for p in pods
+        ],
+        parallel,
+    )
+
+
+def make_kubelet_root(path: Path, pods: list[JSONObject]) -> None:
+    """kubelet's root with a pod directory per running pod, as kubelet keeps them."""
+    for p in pods:
+        (path / "pods" / p["metadata"]["uid"]).mkdir(parents=True)
+
+
+async def run(pods: int, other_pods: int, rounds: int, sync_period: float) -> dict[str, object]:
+    if os.geteuid() != 0:
+        raise SystemExit("run as root: the benchmark starts its own containerd")
+    workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-"))
+    api = SimAPIServer(workdir)
+    containerd: LocalContainerd | None = None
+    agent: subprocess.Popen[bytes] | None = None
+    agent_log = workdir / "agent.log"
+    try:
+        await api.start()
+        started = time.perf_counter()
+        mine = await populate(api, pods, other_pods)
+        populate_s = time.perf_counter() - started
+
+        view = await time_api_view(str(api.kubeconfig), pods, rounds)
+
+        containerd = LocalContainerd()
+        await asyncio.to_thread(containerd.start)
+        started = time.perf_counter()
+        await run_runtime_pods(containerd.endpoint, mine)
+        runtime_pods_s = time.perf_counter() - started
+        kubelet_root = workdir / "kubelet"
+        await asyncio.to_thread(make_kubelet_root, kubelet_root, mine)
+
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        started = time.monotonic()
+        agent = nodesync(
+            "agent",
+            "--node-name",
+            NODE,
+            "--kubeconfig",
+            str(api.kubeconfig),
+            "--api-initial-jitter",
+            "0s",
+            "--cri-endpoint",
+            containerd.endpoint,
+            "--containerd-root",
+            str(containerd.root),
+            "--kubelet-root-dir",
+            str(kubelet_root),
+            "--kubelet-healthz-url",
+            f"http://127.0.0.1:{free_port()}/healthz",
+            "--sync-period",
+            f"{sync_period}s",
+            "--drift-grace-period",
+            f"{DRIFT_GRACE_SECONDS}s",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+            log=agent_log,
+        )
+        listening_s: float | None = None
+        synced_s: float | None = None
+        async with aiohttp.ClientSession() as http:
+            while synced_s is None:
+                try:
+                    status, body = await http_get(http, f"{base}/metrics", deadline=2)
+                except (aiohttp.ClientError, TimeoutError):
+                    status, body = 0, b""
+                now = time.monotonic()
+                if status == 200 and listening_s is None:
+                    listening_s = now - started
+                if status == 200 and healthy(body, pods):
+                    synced_s = now - started
+                elif agent.poll() is not None or now - started > 60:
+                    raise RuntimeError(f"agent did not get in sync:\n{log_tail(agent_log)}")
+                else:
+                    await asyncio.sleep(0.02)
+
+            scrapes: list[float] = []
+            for _ in range(20):
+                t0 = time.perf_counter()
+                _, body = await http_get(http, f"{base}/metrics")
+                scrapes.append(time.perf_counter() - t0)
+            rss = psutil.Process(agent.pid).memory_info().rss
+            peak_rss = peak_rss_bytes(agent.pid)
+
+            # Past the grace period, anything unmatched would be counted by now.
+            await asyncio.sleep(DRIFT_GRACE_SECONDS + 2 * sync_period)
+            _, body = await http_get(http, f"{base}/metrics")
+            still_healthy = healthy(body, pods)
+            rss_end = psutil.Process(agent.pid).memory_info().rss
+            peak_rss_end = peak_rss_bytes(agent.pid)
+            runtime_running = samples(body, "nodesync_pods").get(
+                frozenset({("phase", "Running"), ("source", "runtime")})
+            )
+        ordered = sorted(scrapes)
+        return {
+            "machine": machine(),
+            "pods": pods,
+            "other_pods": other_pods,
+            "sync_period_s": sync_period,
+            "drift_grace_period_s": DRIFT_GRACE_SECONDS,
+            "populate_s": populate_s,
+            "api_view_synced": view,
+            "runtime_pods_s": runtime_pods_s,
+            "agent": {
+                "listening_s": listening_s,
+                "synced_s": synced_s,
+                "scrape_median_ms": statistics.median(ordered) * 1000,
+                "scrape_max_ms": ordered[-1] * 1000,
+                "exposition_bytes": len(body),
+                "rss_bytes": rss,
+                "peak_rss_bytes": peak_rss,
+                "rss_bytes_end": rss_end,  # after the grace period and two more cycles
+                "peak_rss_bytes_end": peak_rss_end,
+                "drift_zero_after_grace": still_healthy,
+                "runtime_running_pods": runtime_running,
+            },
+        }
+    finally:
+        stop_process(agent)
+        await api.close()
+        if containerd is not None:
+            await asyncio.to_thread(containerd.cleanup)
+        await asyncio.to_thread(remove_tree, workdir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--pods", type=int, default=110, help="pods bound to the agent's node")
+    parser.add_argument("--other-pods", type=int, default=2000, help="pods bound to other nodes")
+    parser.add_argument("--rounds", type=int, default=10, help="in-process API view rounds")
+    parser.add_argument(
+        "--sync-period", type=float, default=10.0, help="the agent's --sync-period, in seconds"
+    )
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args.pods, args.other_pods, args.rounds, args.sync_period))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
