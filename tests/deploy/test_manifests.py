@@ -3,7 +3,6 @@ and pass nodesync's own checks; the agent and the controller get what the docs s
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -11,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from exporter.cli import get_parser
 from exporter.controller.webhook_settings import TOKEN_ENV
+from tests.deploy.commandline import parse_container
 from tests.deploy.manifests import (
     BASE,
     OVERLAYS,
@@ -30,12 +29,6 @@ from tests.deploy.schema import all_problems
 
 AGENT_PORT = 9617
 CONTROLLER_PORT = 9618
-#: Values for the variables a pod gets from elsewhere (the downward API, a Secret).
-FROM_ELSEWHERE = {
-    "NODE_NAME": "node-a",
-    "NODESYNC_LEADER_ELECT_IDENTITY": "nodesync-controller-0",
-    TOKEN_ENV: "a-token",
-}
 
 
 @pytest.mark.parametrize("path", kustomizations(), ids=lambda p: p.name)
@@ -129,48 +122,15 @@ def test_the_checks_catch_what_they_are_for(
 # ---------------------------------------------------------------- the CLI takes the manifests
 
 
-def _known_env(command: argparse.ArgumentParser) -> set[str]:
-    found = {
-        match.group(1)
-        for action in command._actions
-        if action.help and (match := re.search(r"\(env (\S+), default", action.help))
-    }
-    return found | {TOKEN_ENV}
-
-
-def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            found: argparse.ArgumentParser = action.choices[name]
-            return found
-    raise AssertionError(f"no command {name}")
-
-
-def _parse(spec: Obj) -> tuple[argparse.Namespace, set[str]]:
-    """Parse the container's command line with the container's environment, as nodesync would
-    at start; also return the variables the command does not read."""
-    environ: dict[str, str] = {}
-    for name, var in env(spec).items():
-        environ[name] = var["value"] if "value" in var else FROM_ELSEWHERE[name]
-    parser = get_parser(environ)
-    try:
-        args = parser.parse_args(spec["args"])
-    except SystemExit as exc:
-        raise AssertionError(f"nodesync refuses {spec['args']} with {environ}") from exc
-    command = _subparser(parser, spec["args"][0])
-    unknown = {n for n in environ if n.startswith("NODESYNC_") and n not in _known_env(command)}
-    return args, unknown
-
-
 @pytest.mark.parametrize("path", kustomizations(), ids=lambda p: p.name)
 def test_nodesync_accepts_every_command_line_and_variable(path: Path) -> None:
     objects = build(path)
-    agent, unknown = _parse(container(_agent(objects), "agent"))
+    agent, unknown = parse_container(container(_agent(objects), "agent"))
     assert unknown == set()
     assert agent.command == "agent"
     assert agent.node_name == "node-a"
     assert agent.web_listen_address[1] == AGENT_PORT
-    controller, unknown = _parse(container(controller_workload(objects), "controller"))
+    controller, unknown = parse_container(container(controller_workload(objects), "controller"))
     assert unknown == set()
     assert controller.command == "controller"
     assert controller.web_listen_address[1] == CONTROLLER_PORT
@@ -210,7 +170,7 @@ def test_the_agent_mounts_exactly_what_it_reads_read_only() -> None:
     for path, mount in mounts.items():
         assert host[mount["name"]]["path"] == path  # the same path inside as on the host
         assert mount["readOnly"] is True
-    args, _ = _parse(spec)
+    args, _ = parse_container(spec)
     socket = args.cri_endpoint.removeprefix("unix://")
     assert Path(socket).parent == Path("/run/containerd")
     assert args.kubelet_root_dir in mounts
@@ -258,7 +218,7 @@ def test_the_controller_takes_its_token_from_the_secret_and_keeps_its_journal() 
         "secretKeyRef": {"name": "nodesync-webhook-token", "key": "token"}
     }
     assert spec["ports"] == [{"name": "http", "containerPort": CONTROLLER_PORT, "protocol": "TCP"}]
-    args, _ = _parse(spec)
+    args, _ = parse_container(spec)
     assert args.dry_run is False
     assert args.leader_elect is False
     assert args.delete_nodes is False  # deleting Nodes is opt-in: deploy/components/delete-nodes
