@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from prometheus_client import disable_created_metrics
 
 from exporter import __version__
-from exporter.controller import plan_cli
+from exporter.controller import plan_flags
 from exporter.controller.hook_settings import HookSettings, add_hook_flags
 from exporter.controller.settings import ControllerSettings, add_controller_flags
 from exporter.controller.webhook_settings import WebhookSettings, add_webhook_flags
@@ -68,7 +68,7 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
         "prints the plan or refusal per alert and the budget it would use. Writes nothing.",
     )
     add = FlagAdder(plan, environ)
-    plan_cli.add_arguments(add)
+    plan_flags.add_arguments(add)
     add_common_flags(add)
 
     sim = commands.add_parser("sim", help="local stand-ins for trying nodesync out and for tests")
@@ -117,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "controller":
             return _run_controller(args, environ)
         if args.command == "plan":
+            from exporter.controller import plan_cli
+
             return asyncio.run(plan_cli.run(args))
         if args.command == "sim" and args.sim_command == "node":
             from exporter.sim.local_node import run_local_node

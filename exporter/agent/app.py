@@ -7,13 +7,13 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from functools import partial
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
-from exporter.agent.apiview import AgentAPIView
 from exporter.agent.cleanup import NodeCleanup
 from exporter.agent.exposition import agent_families
 from exporter.agent.sync import SOURCE_CRI, AgentSync
@@ -21,16 +21,15 @@ from exporter.cri.client import CRIClient
 from exporter.cri.snapshot import RuntimeReader
 from exporter.host.kubelet import KubeletProbe
 from exporter.host.probes import read_host
-from exporter.kube.api import KubeAPI
-from exporter.kube.config import ConfigError, load_configuration
-from exporter.kube.writer import KubeWriter
 from exporter.metrics.cleanup import cleanup_families
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
-from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.selfmetrics import build_info_family, start_family
 from exporter.settings import AgentSettings
 from exporter.tasks import cancel_and_wait
+
+if TYPE_CHECKING:
+    from exporter.agent.apiside import APISide
 
 log = logging.getLogger(__name__)
 
@@ -40,27 +39,19 @@ SYNC = web.AppKey("sync", AgentSync)
 CLEANUP = web.AppKey("cleanup", NodeCleanup)  # set when the agent answers cleanup requests
 
 
-async def _api_view(
-    settings: AgentSettings, registry: CollectorRegistry
-) -> tuple[KubeAPI, AgentAPIView] | tuple[None, None]:
-    """The API side, when it can be configured; the agent works without it (source down)."""
+async def _api_side(settings: AgentSettings, registry: CollectorRegistry) -> APISide | None:
     if not settings.node_name:
         log.warning("no --node-name (NODE_NAME): running without the API server's view")
-        return None, None
-    try:
-        configuration = await load_configuration(settings.kubeconfig)
-    except ConfigError as exc:
-        log.warning("running without the API server's view: %s", exc)
-        return None, None
-    api = KubeAPI(configuration, observer=KubeRequestMetrics(registry))
-    view = AgentAPIView(api, settings.node_name, initial_jitter_seconds=settings.api_initial_jitter)
-    return api, view
+        return None
+    from exporter.agent.apiside import connect  # loads the kubernetes client
+
+    return await connect(settings, registry)
 
 
 async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     registry = app[REGISTRY]
-    api, view = await _api_view(settings, registry)
+    side = await _api_side(settings, registry)
     client = CRIClient(
         settings.cri_endpoint, timeout=settings.cri_timeout, observer=CRIRequestMetrics(registry)
     )
@@ -72,7 +63,7 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         kubelet,
         partial(read_host, settings.containerd_root, settings.kubelet_root_dir),
         SyncMetrics(registry),
-        api=view,
+        api=side.view if side is not None else None,
         drift_grace_seconds=settings.drift_grace_period,
     )
     app[SYNC] = sync
@@ -81,15 +72,15 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     tasks: list[asyncio.Task[object]] = [
         asyncio.create_task(sync.run(settings.sync_period), name="agent-sync")
     ]
-    if view is not None:
-        tasks.append(asyncio.create_task(view.run(), name="agent-api-view"))
-    if api is not None and view is not None and settings.cleanup:
+    if side is not None:
+        tasks.append(asyncio.create_task(side.view.run(), name="agent-api-view"))
+    if side is not None and settings.cleanup:
         cleanup = NodeCleanup(
             settings.node_name,
-            node=view.node,
+            node=side.view.node,
             drift=lambda: sync.state.drift,
             runtime=client,
-            api=KubeWriter(api, component="nodesync-agent"),
+            api=side.writer,
             call_timeout=settings.cleanup_call_timeout,
         )
         app[CLEANUP] = cleanup
@@ -101,8 +92,8 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         await cancel_and_wait(tasks)
         await kubelet.close()
         await client.close()
-        if api is not None:
-            await api.close()
+        if side is not None:
+            await side.api.close()
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from exporter.controller.hook_settings import add_guard_flags
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, in_cluster_configuration, kubeconfig_configuration
 from exporter.kube.convert import ConversionError, lease_info, node_info
@@ -42,7 +41,6 @@ from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
 from exporter.model.payload import PayloadError, parse_payload
 from exporter.model.plan import Plan, Refusal, StepKind
 from exporter.model.planner import plan_alert
-from exporter.settings import FlagAdder, positive_duration
 
 PLAN = "plan"
 REFUSED = "refused"
@@ -59,37 +57,6 @@ _STEP_WRITES = {
     StepKind.VERIFY: 0,
     StepKind.DELETE_NODE: 1,
 }
-
-
-def add_arguments(add: FlagAdder) -> None:
-    add.add(
-        "--payload",
-        default="-",
-        help="Alertmanager webhook payload (JSON) to plan for; - reads it from stdin",
-    )
-    add.add(
-        "--kubeconfig",
-        default="",
-        help="kubeconfig file to reach the API server; empty: the pod's service account",
-    )
-    add.add(
-        "--wave-label",
-        default="",
-        help="node label whose value names a node's scale-out wave; empty: waves by creation time",
-    )
-    add.add(
-        "--wave-gap",
-        default="2m",
-        type=positive_duration,
-        help="nodes created at most this long after the previous one join its scale-out wave",
-    )
-    add_guard_flags(add)
-    add.add(
-        "--output",
-        default="text",
-        choices=["text", "json"],
-        help="text for people, json for tools",
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.controller.plan_cli import add_arguments, run
+from exporter.controller.plan_cli import run
+from exporter.controller.plan_flags import add_arguments
 from exporter.settings import FlagAdder
 from exporter.sim.apiserver import APIServer, write_kubeconfig
 from exporter.sim.apiserver.store import Store
