@@ -181,22 +181,34 @@ def test_the_agent_mounts_exactly_what_it_reads_read_only() -> None:
     assert security["supplementalGroups"] == [0]
 
 
-def _documented_agent_peak_rss_mib() -> float:
+def _documented_peak_rss_mib(who: str) -> float:
+    """The highest peak RSS docs/performance.md reports for ``who`` (agent or controller): the
+    bold figures of its "RSS" rows, the upper end of a range."""
     text = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
-    match = re.search(r"^\|\s*agent RSS \(peak\)\s*\|\s*\**([0-9.]+)\s*MiB", text, re.M)
-    assert match, "docs/performance.md has no 'agent RSS (peak)' row: update this test"
-    return float(match.group(1))
+    peaks = [
+        float(high or low)
+        for row in re.findall(rf"^\|\s*{who} RSS[^|]*\|([^|]*)\|", text, re.M)
+        for low, high in re.findall(r"\*\*([0-9.]+)(?:[\u2013-]([0-9.]+))?\s*MiB\*\*", row)
+    ]
+    assert peaks, f"docs/performance.md reports no {who} RSS: update this test"
+    return max(peaks)
 
 
-def test_the_agents_memory_follows_the_benchmark() -> None:
-    resources = container(_agent(build(BASE)), "agent")["resources"]
-    peak = _documented_agent_peak_rss_mib()
-    request = resources["requests"]["memory"]
-    limit = resources["limits"]["memory"]
-    assert request.endswith("Mi")
-    assert limit.endswith("Mi")
-    assert float(request[:-2]) >= peak, "the request must hold the measured peak"
-    assert float(limit[:-2]) >= 2 * peak, "the limit leaves room above the measured peak"
+def _mebibytes(quantity: str) -> float:
+    assert quantity.endswith("Mi"), quantity
+    return float(quantity[:-2])
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "who"),
+    [("DaemonSet", "nodesync-agent", "agent"), ("Deployment", "nodesync-controller", "controller")],
+)
+def test_memory_follows_the_benchmarks(kind: str, name: str, who: str) -> None:
+    workload = one(build(BASE), kind, name)
+    resources = workload["spec"]["template"]["spec"]["containers"][0]["resources"]
+    peak = _documented_peak_rss_mib(who)
+    assert _mebibytes(resources["requests"]["memory"]) >= peak, "the request holds the peak"
+    assert _mebibytes(resources["limits"]["memory"]) >= 2 * peak, "room above the peak"
 
 
 def test_the_namespace_admits_the_agents_privileges() -> None:
