@@ -1,7 +1,9 @@
 """A strict reader for the small YAML subset the rule files and rule tests are written in.
 
 The project does not depend on a YAML library; promtool and Alertmanager parse these files for
-real, and this reader only serves structural checks in the test suite. It accepts:
+real, and this reader serves the structural checks of the test suite and the local chain, which
+rewrites copies of the shipped rule and Alertmanager files (exporter.sim.scaleout.overrides). It
+accepts:
 
 - block mappings (``key: value``) and block sequences (``- item``), indented with spaces;
 - a mapping as a sequence item (``- key: value`` followed by more keys at the same column);
@@ -91,8 +93,8 @@ def loads(text: str) -> Any:
     value = parser.node(parser.current().indent)
     parser.skip_blank()
     if not parser.at_end():
-        line = parser.current()
-        raise YamlSubsetError(f"line {line.number}: unexpected indentation or content")
+        rest = parser.current()
+        raise YamlSubsetError(f"line {rest.number}: unexpected indentation or content")
     return value
 
 
