@@ -1,0 +1,89 @@
+"""A simulator against the in-process test API server, with fast timers, for tests."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from exporter.kube.api import KubeAPI
+from exporter.sim.apiserver import APIServer, Store
+from exporter.sim.scaleout.audit import ShiftableClock, WriteAudit
+from exporter.sim.scaleout.scenario import parse
+from exporter.sim.scaleout.simulator import Simulator
+
+T = TypeVar("T")
+
+FAST: dict[str, Any] = {
+    "lease_renew_seconds": 0.2,
+    "status_update_seconds": 0.5,
+    "ready_after_seconds": 0.3,
+    "node_monitor_grace_seconds": 1.0,
+    "pod_sync_seconds": 0.1,
+    "pod_start_seconds": 0.1,
+    "pod_stop_seconds": 0.2,
+    "crash_backoff_seconds": 0.2,
+    "crash_backoff_max_seconds": 0.4,
+    "agent_sync_seconds": 0.2,
+    "drift_grace_seconds": 0.5,
+}
+
+
+def doc(**more: Any) -> dict[str, Any]:
+    """A scenario document with the fast timers and ``more`` keys."""
+    return {"name": "test", "timing": dict(FAST), **more}
+
+
+@dataclass
+class Env:
+    server: APIServer
+    sim: Simulator
+    audit: WriteAudit
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.server.store.get("nodes", name)
+
+    def ready(self, name: str) -> dict[str, Any]:
+        return next(c for c in self.node(name)["status"]["conditions"] if c["type"] == "Ready")
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        return self.server.store.try_get("pods", name, namespace=namespace)
+
+
+@asynccontextmanager
+async def simulating(document: dict[str, Any], *, waves: bool = True) -> AsyncIterator[Env]:
+    clock = ShiftableClock()
+    audit = WriteAudit()
+    async with APIServer(store=Store(clock=clock), authorizer=audit) as server:
+        api = KubeAPI(server.aio_configuration())
+        sim = Simulator(parse(document), api, backdate=clock.backdated)
+        try:
+            await sim.start()
+            if waves:
+                sim.start_waves()
+            yield Env(server, sim, audit)
+        finally:
+            await sim.stop()
+            await api.close()
+
+
+async def eventually(
+    check: Callable[[], T | None] | Callable[[], Awaitable[T | None]],
+    what: str,
+    within: float = 10.0,
+) -> T:
+    """Poll ``check`` (plain or async) until it returns something other than None or False."""
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value is not None and value is not False:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within:g} s waiting for {what}")
+        await asyncio.sleep(0.05)
