@@ -102,6 +102,20 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
 
     sim_apiserver.add_arguments(add)
     add_common_flags(add)
+
+    wave = sim_commands.add_parser(
+        "wave",
+        help="simulated nodes joining in waves, as a scenario file describes them",
+        description="Adds a scenario's simulated nodes (old nodes, waves, faults) to an "
+        "in-process test API server, or to a running one with --kubeconfig: each registers its "
+        "Node, renews its Lease, reports conditions and runs its pods as a kubelet would. Serves "
+        "the simulated nodes' agent metrics. See docs/simulator.md.",
+    )
+    add = FlagAdder(wave, environ)
+    from exporter.sim.scaleout import cli as sim_wave
+
+    sim_wave.add_arguments(add)
+    add_common_flags(add)
     return parser
 
 
@@ -128,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.sim.apiserver import cli as sim_apiserver
 
             return asyncio.run(sim_apiserver.run(args))
+        if args.command == "sim" and args.sim_command == "wave":
+            from exporter.sim.scaleout import cli as sim_wave
+
+            return asyncio.run(sim_wave.run(args))
     except KeyboardInterrupt:
         return 130
     print(f"unknown command {args.command!r}", file=sys.stderr)
