@@ -1,0 +1,61 @@
+"""docs/rbac.md lists exactly the permissions the manifests grant, role by role."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from exporter.sim.apiserver.rbac import Permission
+from tests.deploy.manifests import ROOT
+from tests.rbac.harness import AGENT, CONTROLLER, shipped_rbac
+
+DOC = ROOT / "docs" / "rbac.md"
+
+Grant = tuple[str, str, tuple[str, ...], str, str]  # group, resource, names, verb, scope
+
+
+def _section(text: str, heading: str) -> str:
+    match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"docs/rbac.md has no section {heading!r}"
+    return match.group(1)
+
+
+def documented(heading: str) -> set[Grant]:
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in _section(DOC.read_text(encoding="utf-8"), heading).splitlines()
+        if line.startswith("| ") and not line.startswith("| API group")
+    ]
+    grants: set[Grant] = set()
+    for group, resource, verbs, scope, _why in rows:
+        names = re.findall(r"`([^`]+)`", resource)
+        scope_names = re.findall(r"`([^`]+)`", scope)
+        for verb in re.findall(r"`([^`]+)`", verbs):
+            grants.add(
+                (
+                    "" if group == "core" else group.strip("`"),
+                    names[0],
+                    tuple(names[1:]),
+                    verb,
+                    scope_names[0] if scope.startswith("namespace") else "cluster",
+                )
+            )
+    return grants
+
+
+def granted(user: str) -> set[Grant]:
+    def scope(p: Permission) -> str:
+        return p.role.namespace or "cluster"
+
+    return {
+        (p.group, p.resource, p.resource_names, p.verb, scope(p))
+        for p in shipped_rbac().permissions(user)
+    }
+
+
+@pytest.mark.parametrize(
+    ("heading", "user"), [("The agent", AGENT), ("The controller", CONTROLLER)]
+)
+def test_the_tables_are_the_shipped_permissions(heading: str, user: str) -> None:
+    assert documented(heading) == granted(user)
