@@ -39,13 +39,28 @@ def kustomizations() -> list[Path]:
     return [BASE, *overlays]
 
 
+KUSTOMIZE_MAJOR = 5
+
+
+@functools.cache
 def kubectl() -> str:
+    """kubectl with a kustomize v5 inside; the test fails (never skips) without one."""
     found = shutil.which("kubectl")
     if found is None:
         pytest.fail(
             "kubectl is required to build the kustomizations (kubectl kustomize, kustomize v5) "
             "and is not on PATH. Install a current kubectl (Debian's kubernetes-client 1.20 "
             "bundles a kustomize too old for these manifests).",
+            pytrace=False,
+        )
+    version = subprocess.run(
+        [found, "version", "--client"], capture_output=True, text=True, timeout=30, check=False
+    )
+    match = re.search(r"Kustomize Version: v(\d+)", version.stdout)
+    if match is None or int(match.group(1)) < KUSTOMIZE_MAJOR:
+        pytest.fail(
+            f"{found} bundles no kustomize v{KUSTOMIZE_MAJOR} or newer "
+            f"({version.stdout.strip() or version.stderr.strip()}): install a current kubectl",
             pytrace=False,
         )
     return found
