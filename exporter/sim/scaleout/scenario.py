@@ -525,7 +525,7 @@ def _controller(at: _At | None) -> dict[str, Any]:
     return {name: value.parsed(CONTROLLER_KEYS[name]) for name, value in keys.items()}
 
 
-_TOP_KEYS = (
+TOP_KEYS = (
     "name",
     "description",
     "seed",
@@ -545,7 +545,7 @@ _TOP_KEYS = (
 def parse(document: Any, source: str = "scenario") -> Scenario:
     """A scenario from its JSON document; ScenarioError names ``source`` and the key."""
     top = _At(document, "", source)
-    keys = top.obj(_TOP_KEYS, required=("name",))
+    keys = top.obj(TOP_KEYS, required=("name",))
     waves = tuple(_wave(item) for item in keys["waves"].items()) if "waves" in keys else ()
     seen_waves: set[str] = set()
     for index, wave in enumerate(waves):
