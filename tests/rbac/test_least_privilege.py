@@ -39,6 +39,11 @@ from tests.rbac.harness import (
 
 pytestmark = pytest.mark.containerd
 
+#: How long a run may still succeed after a request was refused: the agent retries every sync
+#: period (0.2 s here), the controller's executor retries a failed step after 1 s, then 2 s.
+AGENT_GRACE = 1.2
+CONTROLLER_GRACE = 3.0
+
 
 @pytest.mark.timeout(120)
 async def test_a_rollback_under_the_shipped_rbac_uses_every_permission_and_nothing_else(
@@ -89,7 +94,11 @@ async def test_every_agent_permission_is_needed(
             request = f"rbac-{index}"
             node_agent.request(request)
             return await watch(
-                lambda: node_agent.missing(request), env, removed=removed, within=30.0, grace=2.0
+                lambda: node_agent.missing(request),
+                env,
+                removed=removed,
+                within=30.0,
+                grace=AGENT_GRACE,
             )
 
     baseline = await run(full.fresh(), None, 0)
@@ -108,7 +117,9 @@ async def _controller_run(
         stand_in = StandInAgent(env.server.store)
         answering = asyncio.create_task(stand_in.run())
         try:
-            return await watch(ctl.missing, env, removed=removed, within=40.0, grace=3.0)
+            return await watch(
+                ctl.missing, env, removed=removed, within=40.0, grace=CONTROLLER_GRACE
+            )
         finally:
             answering.cancel()
             with contextlib.suppress(asyncio.CancelledError):
