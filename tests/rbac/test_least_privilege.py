@@ -58,6 +58,8 @@ async def test_a_rollback_under_the_shipped_rbac_uses_every_permission_and_nothi
         outcome = await watch(ctl.missing, env, within=60.0)
         assert outcome.succeeded, outcome.missing
         text = await node_agent.scrape()
+        web = env.server.store.try_get("pods", "web", namespace="default")
+        assert web is None or web["metadata"].get("deletionTimestamp"), "the pod was not evicted"
     assert series(text, "nodesync_source_up")[SOURCE_API] == 1
     assert series(text, "nodesync_cleanup_requests_total")[labels(result="done")] == 1
     assert series(text, "nodesync_cleanup_removed_total")[labels(kind="sandbox")] >= 1
