@@ -112,9 +112,9 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
         "the simulated nodes' agent metrics. See docs/simulator.md.",
     )
     add = FlagAdder(wave, environ)
-    from exporter.sim.scaleout import cli as sim_wave
+    from exporter.sim.scaleout import flags as sim_wave_flags
 
-    sim_wave.add_arguments(add)
+    sim_wave_flags.add_arguments(add)
     add_common_flags(add)
     return parser
 
