@@ -156,6 +156,23 @@ class Chain:
     def real_node(self) -> str | None:
         return self.scenario.real_node.name if self.scenario.real_node is not None else None
 
+    def endpoints(self) -> dict[str, str]:
+        """Where each part of the running chain answers (for people and the demo)."""
+        found = {
+            "apiserver": self.api.url,
+            "controller": f"http://127.0.0.1:{self.controller_port}",
+            "simulated agents": f"http://127.0.0.1:{self.sim_metrics_port}/metrics",
+        }
+        if self.real_node is not None:
+            found["real agent"] = f"http://127.0.0.1:{self.agent_port}/metrics"
+        if self.alertmanager is not None:
+            found["alertmanager"] = self.alertmanager.url
+        if self.prometheus is not None:
+            found["prometheus"] = self.prometheus.url
+        if self.workdir is not None:
+            found["kubeconfig"] = str(self.kubeconfig(SIM_USER))
+        return found
+
     def kubeconfig(self, user: str) -> Path:
         assert self.workdir is not None
         return self.workdir / f"kubeconfig-{user}"

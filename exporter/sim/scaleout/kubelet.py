@@ -230,6 +230,8 @@ class SimulatedKubelet:
                 await action()
             except KubeError as exc:
                 log.warning("simulated kubelet %s: API error: %s", self.name, exc)
+            except Exception:  # a runtime error (the real containerd) must not stop the node
+                log.exception("simulated kubelet %s: %s failed", self.name, action.__name__)
             next_at = max(next_at + period, loop.time())
             await asyncio.sleep(next_at - loop.time())
 
