@@ -115,6 +115,7 @@ class TerminationTracker:
         self.loop_window_seconds = loop_window_seconds
         self._totals: dict[str, int] = dict.fromkeys(REASONS, 0)
         self._histories: dict[tuple[str, str], _History] = {}
+        self._present_pods: set[str] = set()
 
     def observe(self, containers: Sequence[Container], now: float) -> None:
         """Count the terminations visible in one full listing of the runtime's containers."""
@@ -126,17 +127,23 @@ class TerminationTracker:
             progress = history.progress.setdefault(sandbox_id, _Progress())
             progress.last_seen = now
             self._count(history, progress, attempts, now)
-        self._forget(present_pods={uid for uid, _, _ in groups}, now=now)
+        self._present_pods = {uid for uid, _, _ in groups}
+        self._forget(present_pods=self._present_pods, now=now)
 
     def totals(self) -> Mapping[str, int]:
         """Terminations counted since the tracker was created, per reason (all reasons present)."""
         return dict(self._totals)
 
     def loops(self, now: float) -> list[LoopState]:
-        """Containers currently in an OOM loop or a crash loop, sorted by identity and kind."""
+        """Containers currently in an OOM loop or a crash loop, sorted by identity and kind.
+
+        Only pods the runtime still holds: once a pod is gone (evicted, deleted), its loop is
+        over, even though its terminations stay in the window for the counts."""
         result: list[LoopState] = []
         since = now - self.loop_window_seconds
-        for history in self._histories.values():
+        for (uid, _), history in self._histories.items():
+            if uid not in self._present_pods:
+                continue
             window = [t for t in history.recent if since < t.at <= now]
             checks: tuple[tuple[LoopKind, list[float], int], ...] = (
                 ("oom_loop", [t.at for t in window if t.oom], self.oom_loop_threshold),

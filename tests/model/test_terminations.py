@@ -223,13 +223,13 @@ SEQUENCES: list[tuple[str, list[Step], dict[str, int], list[Loop]]] = [
         [("web", "app", "oom_loop", 2, 110.0)],
     ),
     (
-        "loop-shows-after-pod-gone-within-window",
+        "loop-ends-with-the-pod-counts-stay",
         [
             (100.0, [oom(attempt=0, finished_at=95.0), oom(attempt=1, finished_at=99.0)]),
             (110.0, []),
         ],
         {"OOMKilled": 2},
-        [("web", "app", "oom_loop", 2, 99.0)],
+        [],
     ),
 ]
 
@@ -268,9 +268,10 @@ def test_forgets_gone_pods_once_the_window_passed() -> None:
         100.0,
     )
     assert tracker.tracked_containers() == 2
-    tracker.observe([running(uid="u2")], 110.0)  # u1 gone, its loop is still in the window
+    assert [loop.kind for loop in tracker.loops(100.0)] == ["oom_loop"]
+    tracker.observe([running(uid="u2")], 110.0)  # u1 gone: its loop is over, its history kept
     assert tracker.tracked_containers() == 2
-    assert [loop.kind for loop in tracker.loops(110.0)] == ["oom_loop"]
+    assert tracker.loops(110.0) == []
     tracker.observe([running(uid="u2")], 160.0)
     assert tracker.tracked_containers() == 1
     assert tracker.loops(160.0) == []
