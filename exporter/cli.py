@@ -71,6 +71,21 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
     plan_flags.add_arguments(add)
     add_common_flags(add)
 
+    demo = commands.add_parser(
+        "demo",
+        help="the whole chain on this machine with a simulated scale-out wave (needs root)",
+        description="Starts a test API server, a private containerd with a real agent, the "
+        "controller with its webhook and rollback executor, simulated nodes, and a real "
+        "Prometheus and Alertmanager with the shipped rules; a wave joins, one node fails and "
+        "another crash-loops, and the hook rolls them back. Prints a summary line whenever "
+        "something changes; Ctrl-C stops and removes everything.",
+    )
+    add = FlagAdder(demo, environ)
+    from exporter.sim import demo_flags
+
+    demo_flags.add_arguments(add)
+    add_common_flags(add)
+
     sim = commands.add_parser("sim", help="local stand-ins for trying nodesync out and for tests")
     sim_commands = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
     node = sim_commands.add_parser(
@@ -134,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.controller import plan_cli
 
             return asyncio.run(plan_cli.run(args))
+        if args.command == "demo":
+            from exporter.sim.demo import run_demo
+
+            return asyncio.run(run_demo(args, sys.stdout))
         if args.command == "sim" and args.sim_command == "node":
             from exporter.sim.local_node import run_local_node
 

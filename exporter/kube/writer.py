@@ -292,7 +292,8 @@ class KubeWriter:
                     "node changed while writing its taints; reading it again", extra={"node": node}
                 )
                 continue
-            return WriteResult(True, f"{verb}d {what} on node {node}")
+            done = "added" if verb == "add" else f"{verb}d"
+            return WriteResult(True, f"{done} {what} on node {node}")
         raise Conflict(409, "Conflict", f"node {node} kept changing: gave up writing {what}")
 
     async def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> WriteResult:
