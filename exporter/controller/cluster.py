@@ -65,6 +65,12 @@ class ClusterWatch:
             tracker=self._tracker,
         )
 
+    def lease_renew_time(self, node: str) -> float | None:
+        """The node's last Lease renewal, read from the watch's cache: one lookup, where the
+        whole view would cost milliseconds at a thousand nodes."""
+        lease = self.leases.store.get(f"{LEASE_NAMESPACE}/{node}")
+        return lease.renew_time if lease is not None else None
+
     def status(self) -> SourceStatus:
         """The API server as one source: the status of both watches (see combined_status)."""
         return combined_status(

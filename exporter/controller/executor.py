@@ -92,6 +92,8 @@ class ClusterSource(Protocol):
 
     def view(self) -> ClusterView: ...
 
+    def lease_renew_time(self, node: str) -> float | None: ...
+
 
 class Leadership(Protocol):
     """exporter.kube.leader.LeaderElector, or ``AlwaysLeader`` without ``--leader-elect``."""
@@ -571,8 +573,7 @@ class Executor:
 
     def _lease_renew_time(self, node: str) -> float | None:
         """The node's last Lease renewal as the cluster watch saw it."""
-        seen = self._cluster.view().node(node)
-        return seen.lease_renew_time if seen is not None else None
+        return self._cluster.lease_renew_time(node)
 
 
 def _touched(record: PlanRecord) -> bool:
