@@ -4,7 +4,8 @@ nothing of the Kubernetes client."""
 from __future__ import annotations
 
 from exporter.controller.hook_settings import add_guard_flags
-from exporter.settings import FlagAdder, positive_duration
+from exporter.controller.settings import add_cluster_view_flags
+from exporter.settings import FlagAdder
 
 
 def add_arguments(add: FlagAdder) -> None:
@@ -13,22 +14,7 @@ def add_arguments(add: FlagAdder) -> None:
         default="-",
         help="Alertmanager webhook payload (JSON) to plan for; - reads it from stdin",
     )
-    add.add(
-        "--kubeconfig",
-        default="",
-        help="kubeconfig file to reach the API server; empty: the pod's service account",
-    )
-    add.add(
-        "--wave-label",
-        default="",
-        help="node label whose value names a node's scale-out wave; empty: waves by creation time",
-    )
-    add.add(
-        "--wave-gap",
-        default="2m",
-        type=positive_duration,
-        help="nodes created at most this long after the previous one join its scale-out wave",
-    )
+    add_cluster_view_flags(add)
     add_guard_flags(add)
     add.add(
         "--output",

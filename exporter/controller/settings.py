@@ -43,6 +43,12 @@ def add_controller_flags(add: FlagAdder) -> None:
         type=listen_address,
         help="address serving /metrics, /healthz and /readyz",
     )
+    add_cluster_view_flags(add)
+
+
+def add_cluster_view_flags(add: FlagAdder) -> None:
+    """How to reach the API server and group nodes into waves: the controller's and
+    ``nodesync plan``'s common flags."""
     add.add(
         "--kubeconfig",
         default="",
