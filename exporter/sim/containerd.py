@@ -269,6 +269,24 @@ def _pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is in state T (stopped), per /proc."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                # the state follows the parenthesised command name, which may hold spaces
+                state = stat.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that just exited
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
 def _wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while True:
@@ -455,6 +473,11 @@ class LocalContainerd:
             raise ContainerdError("containerd is not running")
         os.kill(self._proc.pid, signal.SIGSTOP)
         self._frozen = True
+        # The signal is delivered asynchronously: a thread busy on another CPU may still answer
+        # a request sent right after kill() returns. Frozen means every thread has stopped.
+        pid = self._proc.pid
+        if not _wait_until(lambda: _all_threads_stopped(pid), _STOP_TIMEOUT, interval=0.005):
+            raise ContainerdError(f"containerd (pid {pid}) did not stop on SIGSTOP")
 
     def thaw(self) -> None:
         """SIGCONT a frozen containerd."""
