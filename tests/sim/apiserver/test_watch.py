@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -229,4 +230,9 @@ def test_watch_timeout_seconds_is_honoured(
         assert resp.read() == b""
     finally:
         resp.close()
-    assert server.counters.count(verb="watch", resource="nodes", code=200) == 1
+    # The server counts a request once its handler returned, which may be just after the
+    # client saw the end of the stream.
+    deadline = time.monotonic() + 10
+    while server.counters.count(verb="watch", resource="nodes", code=200) != 1:
+        assert time.monotonic() < deadline, server.counters.snapshot()
+        time.sleep(0.01)
