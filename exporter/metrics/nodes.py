@@ -71,8 +71,9 @@ def node_families(view: ClusterView) -> list[Metric]:
     )
     for node in view.nodes:
         name = node.name
+        by_type = {c.type: c for c in node.conditions}
         for type_ in CONDITIONS:
-            cond = node.condition(type_)
+            cond = by_type.get(type_)
             if cond is None:
                 continue
             current = _status(cond.status)
