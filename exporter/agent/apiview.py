@@ -48,6 +48,10 @@ class AgentAPIView:
             for informer in self._informers:
                 group.create_task(informer.run(), name=f"informer {informer.name}")
 
+    async def wait_synced(self) -> None:
+        for informer in self._informers:
+            await informer.wait_synced()
+
     @property
     def synced(self) -> bool:
         return all(i.synced for i in self._informers)

@@ -48,6 +48,12 @@ async def _api_side(settings: AgentSettings, registry: CollectorRegistry) -> API
     return await connect(settings, registry)
 
 
+async def _publish_when_synced(side: APISide, sync: AgentSync) -> None:
+    """The API view's first complete lists are published at once, not a sync period later."""
+    await side.view.wait_synced()
+    sync.wake()
+
+
 async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     registry = app[REGISTRY]
@@ -74,6 +80,7 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     ]
     if side is not None:
         tasks.append(asyncio.create_task(side.view.run(), name="agent-api-view"))
+        tasks.append(asyncio.create_task(_publish_when_synced(side, sync), name="agent-api-synced"))
     if side is not None and settings.cleanup:
         cleanup = NodeCleanup(
             settings.node_name,

@@ -7,6 +7,7 @@ sync. Each source fails on its own: a frozen containerd does not stop the host p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -82,6 +83,7 @@ class AgentSync:
         self._known_pod_uids: frozenset[str] = frozenset()
         self._state = AgentState()
         self._synced = asyncio.Event()
+        self._wake = asyncio.Event()
         self.last_cycle_end: float | None = None
 
     @property
@@ -160,10 +162,15 @@ class AgentSync:
             first_seen=self._pod_dirs_first_seen,
         )
 
+    def wake(self) -> None:
+        """Run the next cycle now rather than at its time (e.g. the API view just synced)."""
+        self._wake.set()
+
     async def run(self, period: float) -> None:
         """Sync every ``period`` seconds until cancelled; a slow cycle delays, never overlaps."""
         next_at = time.monotonic()
         while True:
+            self._wake.clear()
             try:
                 await self.sync_once()
             except Exception:  # a bug in one cycle must not kill the loop
@@ -173,7 +180,9 @@ class AgentSync:
             if delay < 0:  # fell behind: start the next cycle now, re-anchor the schedule
                 next_at = time.monotonic()
                 delay = 0
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+                next_at = time.monotonic()  # woken: the schedule starts again from now
 
     async def _read_runtime(self) -> RuntimeSnapshot | Exception:
         try:

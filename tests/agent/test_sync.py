@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 from exporter.agent.sync import AgentSync
@@ -138,3 +140,22 @@ async def test_host_probe_error_is_a_down_source() -> None:
     assert not state.sources["host"].up
     assert state.host is None
     assert state.sources["runtime"].up
+
+
+async def test_wake_runs_the_next_cycle_now_not_a_period_later() -> None:
+    durations = Durations()
+    sync = _sync(FakeRuntime(), FakeKubelet(), durations)
+    task = asyncio.create_task(sync.run(period=3600))
+    try:
+        await sync.wait_synced()
+        assert len(durations.seen) == 1
+        sync.wake()
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(durations.seen) < 2:
+            assert asyncio.get_running_loop().time() < deadline, "woken cycle did not run"
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert len(durations.seen) == 2  # one wake, one extra cycle
