@@ -37,10 +37,10 @@ from typing import Any
 import aiohttp
 import psutil
 
+from bench.common import free_port, percentile, rfc3339, rfc3339_micro
 from bench.controller_sync import (
     SimAPIServer,
     bounded,
-    free_port,
     http_get,
     lease_body,
     lease_path,
@@ -49,10 +49,7 @@ from bench.controller_sync import (
     node_body,
     nodesync,
     peak_rss_bytes,
-    percentile,
     remove_tree,
-    rfc3339,
-    rfc3339_micro,
     stop_process,
 )
 from exporter.agent.apiview import AgentAPIView

@@ -34,7 +34,6 @@ import platform
 import random
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,13 +41,13 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import psutil
 
+from bench.common import free_port, percentile, rfc3339, rfc3339_micro
 from exporter.kube.convert import timestamp
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -57,29 +56,6 @@ JSONObject = dict[str, Any]
 
 
 # ---------------------------------------------------------------- shared helpers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rfc3339_micro(at: float | None = None) -> str:
-    """A Kubernetes MicroTime: RFC 3339 UTC with microseconds."""
-    moment = datetime.fromtimestamp(time.time() if at is None else at, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def rfc3339(at: float | None = None) -> str:
-    moment = datetime.fromtimestamp(time.time() if at is None else at, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..1) of a non-empty sample."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def summary_ms(samples: Sequence[float]) -> dict[str, float]:

@@ -65,7 +65,6 @@ import os
 import platform
 import secrets
 import shutil
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -75,7 +74,6 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +81,7 @@ import aiohttp
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.common import free_port, percentile, rfc3339, rfc3339_micro
 from exporter.model.cleanup import CleanupState, CleanupStatus
 from exporter.model.kube import LEASE_NAMESPACE, TAINT_NODESYNC
 from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
@@ -118,28 +117,6 @@ WINDOWS = (1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
 
 
 # ---------------------------------------------------------------- small helpers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rfc3339(at: float | None = None) -> str:
-    moment = datetime.fromtimestamp(time.time() if at is None else at, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def rfc3339_micro(at: float | None = None) -> str:
-    moment = datetime.fromtimestamp(time.time() if at is None else at, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..1) of a non-empty sample."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def summary_ms(samples: Sequence[float]) -> dict[str, float]:
