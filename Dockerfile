@@ -10,6 +10,11 @@ FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY exporter ./exporter
+# The simulator (nodesync demo, nodesync sim) is in the same wheel; it carries the shipped rules
+# and Alertmanager route as package data, read through links into rules/ and deploy/.
+COPY nodesync_sim ./nodesync_sim
+COPY rules ./rules
+COPY deploy/alertmanager ./deploy/alertmanager
 RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt .
 
 # ---- runtime: the wheels installed from the build stage, nothing else.

@@ -4,7 +4,7 @@ The test API server (``nodesync sim apiserver``, a child process on loopback) ho
 Lease, the pods bound to that node and many more pods bound to other nodes, so the agent's field
 selector (spec.nodeName) has real work to do. Measured:
 
-- **API view, in process**: for each round, a fresh ``KubeAPI`` and ``AgentAPIView`` (its three
+- **API view, in process**: for each round, a fresh ``KubeAPI`` and ``NodeObjects`` (its three
   informers: own Node, own Lease, pods bound to the node; no initial jitter), timed from
   ``run()`` until ``.synced``;
 - **full agent**: a real ``nodesync agent`` process with ``--node-name`` and ``--kubeconfig``,
@@ -37,7 +37,7 @@ from typing import Any
 import aiohttp
 import psutil
 
-from bench.common import free_port, percentile, rfc3339, rfc3339_micro
+from bench.common import free_port, percentile
 from bench.controller_sync import (
     SimAPIServer,
     bounded,
@@ -52,11 +52,12 @@ from bench.controller_sync import (
     remove_tree,
     stop_process,
 )
-from exporter.agent.apiview import AgentAPIView
+from exporter.agent.node_objects import NodeObjects
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import load_configuration
-from exporter.sim.containerd import IMAGE_REF, LocalContainerd
-from exporter.sim.runtime_pods import ContainerSpec, run_pod
+from exporter.model.rfc3339 import format_micro_time, format_time
+from nodesync_sim.containerd import IMAGE_REF, LocalContainerd
+from nodesync_sim.runtime_pods import ContainerSpec, run_pod
 
 NODE = "bench-node"
 NAMESPACE = "default"
@@ -168,7 +169,7 @@ def pod_body(name: str, node: str, index: int) -> JSONObject:
 
 def running_status(index: int) -> JSONObject:
     """The status kubelet reports for a pod whose one container runs."""
-    now = rfc3339()
+    now = format_time(time.time())
 
     def condition(type_: str) -> JSONObject:
         return {"type": type_, "status": "True", "lastTransitionTime": now}
@@ -207,7 +208,7 @@ async def populate(api: SimAPIServer, pods: int, other_pods: int) -> list[JSONOb
     """The Node, its Lease, ``pods`` pods bound to it and ``other_pods`` bound to 20 other
     nodes, all Running; returns the pods bound to this node as the API server stored them."""
     node = await api.create("/api/v1/nodes", node_body(NODE, 0, time.time()))
-    await api.create(lease_path(), lease_body(node, rfc3339_micro()))
+    await api.create(lease_path(), lease_body(node, format_micro_time(time.time())))
     bodies = [pod_body(f"mine-{i:03d}", NODE, i) for i in range(pods)]
     bodies += [pod_body(f"other-{i:05d}", f"other-{i % 20:02d}", i) for i in range(other_pods)]
     base = f"/api/v1/namespaces/{NAMESPACE}/pods"
@@ -248,7 +249,7 @@ async def time_api_view(kubeconfig: str, pods: int, rounds: int) -> dict[str, ob
     for _ in range(rounds):
         configuration = await load_configuration(kubeconfig)
         api = KubeAPI(configuration)
-        view = AgentAPIView(api, NODE, initial_jitter_seconds=0)
+        view = NodeObjects(api, NODE, initial_jitter_seconds=0)
         started = time.perf_counter()
         task = asyncio.create_task(view.run())
         try:

@@ -43,8 +43,8 @@ from exporter.cri.snapshot import RuntimeReader
 from exporter.host.kubelet import KubeletProbe
 from exporter.host.probes import read_host
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
-from exporter.sim.containerd import LocalContainerd
-from exporter.sim.runtime_pods import ContainerSpec, run_pod
+from nodesync_sim.containerd import LocalContainerd
+from nodesync_sim.runtime_pods import ContainerSpec, run_pod
 
 
 def _free_port() -> int:

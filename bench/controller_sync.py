@@ -47,8 +47,9 @@ from typing import Any
 import aiohttp
 import psutil
 
-from bench.common import free_port, percentile, rfc3339, rfc3339_micro
+from bench.common import free_port, percentile
 from exporter.kube.convert import timestamp
+from exporter.model.rfc3339 import format_micro_time, format_time
 
 LEASE_NAMESPACE = "kube-node-lease"
 RENEW_FAMILY = b"nodesync_node_lease_renew_timestamp_seconds{"
@@ -229,7 +230,7 @@ async def http_get(
 
 def node_body(name: str, index: int, now: float) -> JSONObject:
     """A Node as kubelet registers it (conditions, capacity, addresses, node info; no images)."""
-    stamp = rfc3339(now)
+    stamp = format_time(now)
 
     def condition(type_: str, status: str, reason: str, message: str) -> JSONObject:
         return {
@@ -345,7 +346,7 @@ async def populate_nodes(api: SimAPIServer, names: Sequence[str]) -> dict[str, f
     nodes = await bounded(
         [api.create("/api/v1/nodes", node_body(n, i, now)) for i, n in enumerate(names)], 32
     )
-    renew = {n: rfc3339_micro() for n in names}
+    renew = {n: format_micro_time(time.time()) for n in names}
     await bounded(
         [api.create(lease_path(), lease_body(nd, renew[nd["metadata"]["name"]])) for nd in nodes],
         32,
@@ -410,7 +411,7 @@ async def renew_leases(
 
     async def renew(name: str) -> None:
         async with locks[name]:
-            text = rfc3339_micro()
+            text = format_micro_time(time.time())
             started = time.perf_counter()
             try:
                 await api.merge_patch(lease_path(name), {"spec": {"renewTime": text}})

@@ -81,10 +81,11 @@ import aiohttp
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import free_port, percentile, rfc3339, rfc3339_micro
+from bench.common import free_port, percentile
 from exporter.model.cleanup import CleanupState, CleanupStatus
 from exporter.model.kube import LEASE_NAMESPACE, TAINT_NODESYNC
-from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
+from exporter.model.rfc3339 import format_micro_time, format_time
+from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
 
 JSONObject = dict[str, Any]
 
@@ -298,7 +299,7 @@ def lease_path(name: str = "") -> str:
 
 
 def conditions(ready: bool, at: float) -> list[JSONObject]:
-    stamp = rfc3339(at)
+    stamp = format_time(at)
 
     def condition(type_: str, status: str, reason: str, message: str) -> JSONObject:
         return {
@@ -381,7 +382,7 @@ def lease_body(node: JSONObject) -> JSONObject:
         "spec": {
             "holderIdentity": meta["name"],
             "leaseDurationSeconds": 40,
-            "renewTime": rfc3339_micro(),
+            "renewTime": format_micro_time(time.time()),
         },
     }
 
@@ -456,7 +457,7 @@ class LeaseRenewer:
             now = time.time()
             try:
                 await self.api.merge_patch(
-                    lease_path(name), {"spec": {"renewTime": rfc3339_micro(now)}}
+                    lease_path(name), {"spec": {"renewTime": format_micro_time(now)}}
                 )
             except (aiohttp.ClientError, APIError, TimeoutError):
                 self.failed += 1

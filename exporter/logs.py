@@ -6,7 +6,32 @@ import json
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
+
+from exporter.settings.declare import setting
+from exporter.settings.values import choice
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    """Every command's logging flags."""
+
+    log_format: str = setting(
+        "--log-format",
+        "text",
+        "log line format",
+        choice("text", "json"),
+        doc="`text` or `json` (one object per line)",
+    )
+    log_level: str = setting(
+        "--log-level",
+        "info",
+        "minimum level logged",
+        choice("debug", "info", "warning", "error"),
+        doc="`debug`, `info`, `warning` or `error`",
+    )
+
 
 # Attributes every LogRecord has; anything else was passed through ``extra=`` and is a field.
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {

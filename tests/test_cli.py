@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.agent.settings import AgentSettings
 from exporter.cli import get_parser
-from exporter.settings import AgentSettings
+from exporter.settings.declare import build
 
 AGENT_FLAGS = [
     "--cri-endpoint",
@@ -28,26 +29,28 @@ def test_agent_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_agent_defaults() -> None:
-    settings = AgentSettings.from_args(get_parser({}).parse_args(["agent"]))
+    args = get_parser({}).parse_args(["agent"])
+    settings = build(AgentSettings, args)
+    assert settings == AgentSettings()
     assert settings.cri_endpoint == "unix:///run/containerd/containerd.sock"
     assert settings.sync_period == 10.0
     assert settings.cri_timeout == 2.0
     assert settings.kubelet_root_dir == "/var/lib/kubelet"
     assert settings.containerd_root == "/var/lib/containerd"
     assert settings.kubelet_healthz_url == "http://127.0.0.1:10248/healthz"
-    assert settings.log_format == "text"
+    assert args.log_format == "text"
 
 
 def test_environment_is_the_default_and_flags_win() -> None:
     environ = {"NODESYNC_SYNC_PERIOD": "3s", "NODESYNC_WEB_LISTEN_ADDRESS": "127.0.0.1:1234"}
     parser = get_parser(environ)
-    from_env = AgentSettings.from_args(parser.parse_args(["agent"]))
+    from_env = build(AgentSettings, parser.parse_args(["agent"]))
     assert (from_env.sync_period, from_env.listen_host, from_env.listen_port) == (
         3.0,
         "127.0.0.1",
         1234,
     )
-    from_flag = AgentSettings.from_args(parser.parse_args(["agent", "--sync-period", "1m"]))
+    from_flag = build(AgentSettings, parser.parse_args(["agent", "--sync-period", "1m"]))
     assert from_flag.sync_period == 60.0
 
 

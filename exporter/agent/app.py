@@ -16,6 +16,7 @@ from prometheus_client.exposition import choose_encoder
 from exporter import __version__
 from exporter.agent.cleanup import NodeCleanup
 from exporter.agent.exposition import agent_families
+from exporter.agent.settings import AgentSettings
 from exporter.agent.sync import SOURCE_CRI, AgentSync
 from exporter.cri.client import CRIClient
 from exporter.cri.snapshot import RuntimeReader
@@ -25,11 +26,10 @@ from exporter.metrics.cleanup import cleanup_families
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.selfmetrics import build_info_family, start_family
-from exporter.settings import AgentSettings
 from exporter.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
-    from exporter.agent.apiside import APISide
+    from exporter.agent.api_connection import APIConnection
 
 log = logging.getLogger(__name__)
 
@@ -39,18 +39,18 @@ SYNC = web.AppKey("sync", AgentSync)
 CLEANUP = web.AppKey("cleanup", NodeCleanup)  # set when the agent answers cleanup requests
 
 
-async def _api_side(settings: AgentSettings, registry: CollectorRegistry) -> APISide | None:
+async def _api_side(settings: AgentSettings, registry: CollectorRegistry) -> APIConnection | None:
     if not settings.node_name:
         log.warning("no --node-name (NODE_NAME): running without the API server's view")
         return None
-    from exporter.agent.apiside import connect  # loads the kubernetes client
+    from exporter.agent.api_connection import connect  # loads the kubernetes client
 
     return await connect(settings, registry)
 
 
-async def _publish_when_synced(side: APISide, sync: AgentSync) -> None:
+async def _publish_when_synced(side: APIConnection, sync: AgentSync) -> None:
     """The API view's first complete lists are published at once, not a sync period later."""
-    await side.view.wait_synced()
+    await side.objects.wait_synced()
     sync.wake()
 
 
@@ -69,7 +69,7 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         kubelet,
         partial(read_host, settings.containerd_root, settings.kubelet_root_dir),
         SyncMetrics(registry),
-        api=side.view if side is not None else None,
+        api=side.objects if side is not None else None,
         drift_grace_seconds=settings.drift_grace_period,
     )
     app[SYNC] = sync
@@ -79,12 +79,12 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         asyncio.create_task(sync.run(settings.sync_period), name="agent-sync")
     ]
     if side is not None:
-        tasks.append(asyncio.create_task(side.view.run(), name="agent-api-view"))
+        tasks.append(asyncio.create_task(side.objects.run(), name="agent-api-view"))
         tasks.append(asyncio.create_task(_publish_when_synced(side, sync), name="agent-api-synced"))
     if side is not None and settings.cleanup:
         cleanup = NodeCleanup(
             settings.node_name,
-            node=side.view.node,
+            node=side.objects.node,
             drift=lambda: sync.state.drift,
             runtime=client,
             api=side.writer,

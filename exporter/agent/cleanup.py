@@ -37,7 +37,7 @@ from exporter.model.cleanup import (
 )
 from exporter.model.drift import Drift, DriftItem, DriftKind, compute_drift
 from exporter.model.kube import NodeInfo, PodInfo
-from exporter.model.plan import CLEANUP_STATUS_ANNOTATION
+from exporter.model.rollback import CLEANUP_STATUS_ANNOTATION
 from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, SandboxState
 
 log = logging.getLogger(__name__)

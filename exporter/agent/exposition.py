@@ -5,10 +5,10 @@ from __future__ import annotations
 from prometheus_client.metrics_core import Metric
 
 from exporter.agent.state import AgentState
-from exporter.metrics.apiview import apiview_families
 from exporter.metrics.drift import drift_families
 from exporter.metrics.host import host_families
 from exporter.metrics.kubelet import kubelet_families
+from exporter.metrics.pod_problems import pod_problem_families
 from exporter.metrics.pods import pods_family
 from exporter.metrics.runtime import runtime_families
 from exporter.metrics.selfmetrics import SourceStatus, self_families
@@ -20,7 +20,7 @@ def agent_families(state: AgentState) -> list[Metric]:
     families += runtime_families(state.runtime, state.terminations, state.loops)
     families += host_families(state.host, state.pressure)
     families += kubelet_families(state.kubelet)
-    families += apiview_families(state.problems)
+    families += pod_problem_families(state.problems)
     families += drift_families(state.drift)
     families += self_families(
         {

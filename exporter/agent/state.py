@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.model.apiview import PodProblem
 from exporter.model.drift import Drift
 from exporter.model.host import HostSnapshot, KubeletSnapshot
 from exporter.model.phase import PodPhase
+from exporter.model.pod_problems import PodProblem
 from exporter.model.runtime import RuntimeSnapshot
 from exporter.model.terminations import LoopState
 

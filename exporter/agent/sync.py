@@ -15,11 +15,11 @@ from typing import Protocol
 
 from exporter.agent.state import AgentState, SourceState
 from exporter.cri.errors import CRIError
-from exporter.model.apiview import api_phase_counts, pod_problems
 from exporter.model.drift import DEFAULT_GRACE_SECONDS, Drift, compute_drift, track_first_seen
 from exporter.model.host import HostSnapshot, KubeletSnapshot
 from exporter.model.kube import PodInfo
 from exporter.model.phase import phase_counts, pods_by_uid
+from exporter.model.pod_problems import api_phase_counts, pod_problems
 from exporter.model.pressure import pressure
 from exporter.model.runtime import RuntimeSnapshot
 from exporter.model.terminations import TerminationTracker
@@ -41,7 +41,7 @@ class KubeletSource(Protocol):
 
 
 class APIView(Protocol):
-    """The API server's view of this node (exporter.agent.apiview.AgentAPIView)."""
+    """The API server's view of this node (exporter.agent.node_objects.NodeObjects)."""
 
     @property
     def up(self) -> bool: ...

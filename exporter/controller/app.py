@@ -22,7 +22,7 @@ from exporter.controller.cluster import ClusterWatch
 from exporter.controller.exposition import SOURCE_APISERVER, controller_families
 from exporter.controller.settings import ControllerSettings
 from exporter.kube.api import KubeAPI
-from exporter.kube.config import in_cluster_configuration, kubeconfig_configuration
+from exporter.kube.config import load_configuration
 from exporter.kube.observer import RequestObserver
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.kube_requests import KubeRequestMetrics
@@ -43,11 +43,7 @@ LEADING: web.AppKey[Callable[[], bool]] = web.AppKey("leading")
 
 async def connect(settings: ControllerSettings, observer: RequestObserver | None = None) -> KubeAPI:
     """An API client from ``--kubeconfig``, or from the pod's service account when it is empty."""
-    if settings.kubeconfig:
-        configuration = await kubeconfig_configuration(settings.kubeconfig)
-    else:
-        configuration = in_cluster_configuration()
-    return KubeAPI(configuration, observer=observer)
+    return KubeAPI(await load_configuration(settings.kubeconfig), observer=observer)
 
 
 async def _kube_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -66,7 +62,7 @@ async def _cluster_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     registry = app[REGISTRY]
     cluster = ClusterWatch(
-        app[KUBE_API], wave_label=settings.wave_label, wave_gap=settings.wave_gap
+        app[KUBE_API], wave_label=settings.wave_label or None, wave_gap=settings.wave_gap
     )
     app[CLUSTER] = cluster
     build_info = build_info_family(__version__)

@@ -34,8 +34,9 @@ from typing import Protocol
 from aiohttp import web
 
 from exporter.controller.app import CLUSTER, KUBE_API, LEADING, REGISTRY
-from exporter.controller.hook_settings import HookSettings
+from exporter.controller.audit import Audit, alert_event_key
 from exporter.controller.journal import AlertRecord, Journal, JournalError, PlanRecord
+from exporter.controller.settings import ExecutorSettings
 from exporter.controller.steps import (
     API_ERROR,
     CORDONED_BY_NODESYNC,
@@ -57,9 +58,10 @@ from exporter.metrics.rollback import RollbackMetrics, RollbackStatus
 from exporter.model import guards, planner
 from exporter.model.alerts import RESOLVED
 from exporter.model.clusterview import ClusterView
-from exporter.model.guards import DEFERRING, GuardState, budget, correlated_failure, evaluate
-from exporter.model.plan import Action, PlanState, Refusal, StepKind, StepState
-from exporter.model.planner import plan_alert
+from exporter.model.decision import WAITS, decide
+from exporter.model.guards import GuardState, budget, correlated_failure
+from exporter.model.rollback import Action, PlanState, Refusal, StepKind, StepState
+from exporter.settings.declare import log_fields
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +72,6 @@ LEADER_CHECK_INTERVAL = 0.5
 
 #: How often a step that failed with an API error is tried before the step fails.
 STEP_ATTEMPTS = 5
-
-_EVENT_REASON = {
-    StepKind.CORDON: "NodesyncCordon",
-    StepKind.TAINT: "NodesyncTaint",
-    StepKind.DRAIN: "NodesyncDrain",
-    StepKind.EVICT_POD: "NodesyncEvictPod",
-    StepKind.CLEANUP_RUNTIME: "NodesyncCleanupRuntime",
-    StepKind.VERIFY: "NodesyncVerify",
-    StepKind.DELETE_NODE: "NodesyncDeleteNode",
-}
 
 
 class ClusterSource(Protocol):
@@ -111,14 +103,6 @@ class AlwaysLeader:
         return None
 
 
-def alert_event_key(key: tuple[str, float], what: str) -> str:
-    return f"alert/{key[0]}/{key[1]!r}/{what}"
-
-
-def step_event_key(plan_id: int, index: int, state: StepState) -> str:
-    return f"plan/{plan_id}/step/{index}/{state.value}"
-
-
 @dataclass(frozen=True, slots=True)
 class _Stop:
     state: PlanState
@@ -131,7 +115,7 @@ class Executor:
         journal: Journal,
         writer: KubeWriter,
         cluster: ClusterSource,
-        settings: HookSettings,
+        settings: ExecutorSettings,
         metrics: RollbackMetrics,
         *,
         leadership: Leadership | None = None,
@@ -157,6 +141,7 @@ class Executor:
         self._sleep = sleep
         self._poll_interval = poll_interval
         self._retry = (retry_initial, retry_max)
+        self._audit = Audit(writer, dry_run=settings.dry_run)
         self._steps = StepRunner(
             writer,
             settings,
@@ -311,19 +296,18 @@ class Executor:
     # ------------------------------------------------------------------ planning
 
     async def _plan(self, alert: AlertRecord, view: ClusterView) -> None:
-        outcome = plan_alert(alert.alert, view, delete_nodes=self._settings.delete_nodes)
         now = self._clock()
-        if isinstance(outcome, Refusal):
-            await self._refuse(alert, outcome)
-            return
-        refusal = evaluate(outcome, view, self._state, self._policy, now)
-        if refusal is not None and refusal.reason in DEFERRING:
-            await self._defer(alert, refusal)
+        decision = decide(alert.alert, view, self._state, self._policy, now)
+        if decision.verdict == WAITS:
+            assert decision.refusal is not None
+            await self._defer(alert, decision.refusal)
             return
         self._deferred.pop(alert.key, None)
-        if refusal is not None:
-            await self._refuse(alert, refusal)
+        if decision.refusal is not None:
+            await self._refuse(alert, decision.refusal)
             return
+        outcome = decision.plan
+        assert outcome is not None
         dry_run = self._settings.dry_run
         state = PlanState.DRY_RUN if dry_run else PlanState.PENDING
         plan_id = await self._journal.save_plan(alert.key, outcome, dry_run=dry_run, state=state)
@@ -355,8 +339,8 @@ class Executor:
                 "detail": refusal.detail,
             },
         )
-        await self._node_event(
-            alert,
+        await self._audit.on_node(
+            alert.alert.node,
             reason="NodesyncRefused",
             message=f"nodesync will not act on alert {alert.labels.get('alertname', '')} "
             f"({alert.alert.action or 'no action'}): {refusal.reason}: {refusal.detail}",
@@ -378,38 +362,14 @@ class Executor:
                 "detail": refusal.detail,
             },
         )
-        await self._node_event(
-            alert,
+        await self._audit.on_node(
+            alert.alert.node,
             reason="NodesyncWaiting",
             message=f"nodesync holds alert {alert.labels.get('alertname', '')} "
             f"({alert.alert.action}) back: {refusal.reason}: {refusal.detail}",
             type_="Normal",
             key=alert_event_key(alert.key, f"deferred/{refusal.reason}"),
         )
-
-    async def _node_event(
-        self, alert: AlertRecord, *, reason: str, message: str, type_: str, key: str
-    ) -> None:
-        """An Event on the alert's node, if it exists (never in a dry run)."""
-        name = alert.alert.node
-        if self._settings.dry_run or not name:
-            return
-        try:
-            node = await self._writer.get_node(name)
-            if node is None:
-                return
-            await self._writer.record_event(
-                kind="Node",
-                namespace="",
-                name=name,
-                uid=node.uid,
-                reason=reason,
-                message=message,
-                type=type_,
-                key=key,
-            )
-        except KubeError as exc:
-            log.warning("could not record an event", extra={"node": name, "error": str(exc)})
 
     # ------------------------------------------------------------------ execution
 
@@ -484,7 +444,7 @@ class Executor:
                 outcome = StepOutcome(
                     StepState.FAILED, detail, ref, reason=API_ERROR, stop=PlanState.FAILED
                 )
-            await self._step_event(record.id, index, step.kind, outcome)
+            await self._audit.step(record.id, index, step.kind, outcome)
             await self._journal.update_step(
                 record.id, index, outcome.state, outcome.detail, attempts
             )
@@ -500,27 +460,6 @@ class Executor:
                 },
             )
             return outcome
-
-    async def _step_event(
-        self, plan_id: int, index: int, kind: StepKind, outcome: StepOutcome
-    ) -> None:
-        failed = outcome.state is StepState.FAILED
-        suffix = {StepState.FAILED: "Failed", StepState.SKIPPED: "Skipped"}
-        reason = _EVENT_REASON[kind] + suffix.get(outcome.state, "")
-        target = outcome.target
-        try:
-            await self._writer.record_event(
-                kind=target.kind,
-                namespace=target.namespace,
-                name=target.name,
-                uid=target.uid,
-                reason=reason,
-                message=f"plan {plan_id} step {index + 1} ({kind.value}): {outcome.detail}",
-                type="Warning" if failed else "Normal",
-                key=step_event_key(plan_id, index, outcome.state),
-            )
-        except KubeError as exc:
-            log.warning("could not record an event", extra={"plan": plan_id, "error": str(exc)})
 
     async def _skip_rest(self, record: PlanRecord, index: int, reason: str) -> None:
         for later in record.steps[index + 1 :]:
@@ -586,7 +525,7 @@ def _touched(record: PlanRecord) -> bool:
 EXECUTOR = web.AppKey("rollback_executor", Executor)
 
 
-def executor_extension(settings: HookSettings) -> Callable[[web.Application], None]:
+def executor_extension(settings: ExecutorSettings) -> Callable[[web.Application], None]:
     """Runs the executor in the controller app. Install it after the webhook's extension
     (``make_app(..., extensions=[webhook_extension(...), executor_extension(...)])``): it reads
     the journal the webhook opens, and is woken by each committed delivery."""
@@ -599,7 +538,7 @@ def executor_extension(settings: HookSettings) -> Callable[[web.Application], No
     return extend
 
 
-async def _executor_ctx(settings: HookSettings, app: web.Application) -> AsyncIterator[None]:
+async def _executor_ctx(settings: ExecutorSettings, app: web.Application) -> AsyncIterator[None]:
     from exporter.controller.webhook import ALERTS_RECORDED, JOURNAL
 
     if JOURNAL not in app:
@@ -634,7 +573,7 @@ async def _executor_ctx(settings: HookSettings, app: web.Application) -> AsyncIt
     app[EXECUTOR] = executor
     collector = SnapshotCollector(lambda: metrics.families(executor.status()))
     app[REGISTRY].register(collector)
-    log.info("rollback executor starting", extra=settings.as_log_fields())
+    log.info("rollback executor starting", extra=log_fields(settings))
     tasks = [asyncio.create_task(executor.run(), name="rollback-executor")]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from exporter.model.alerts import ACTION_LABEL, FIRING, NODE_LABEL, RESOLVED, Alert, WebhookPayload
-from exporter.model.plan import Action, Plan, PlanState, Refusal, Step, StepKind, StepState
+from exporter.model.rollback import Action, Plan, PlanState, Refusal, Step, StepKind, StepState
 
 T = TypeVar("T")
 

@@ -1,68 +1,251 @@
-"""Typed settings of the controller role, and its flags (each with an environment default)."""
+"""The settings of ``nodesync controller`` and ``nodesync plan``, each declared once
+(exporter.settings.declare):
+
+- :class:`ControllerSettings`: the listener and how the cluster view reads the API server;
+- :class:`WebhookSettings`: the Alertmanager webhook and its journal;
+- :class:`ExecutorSettings`: the rollback executor, with the :class:`GuardPolicy` it enforces;
+- :class:`PlanSettings`: ``nodesync plan``, which shares the cluster and policy declarations.
+
+The webhook's bearer token is a secret: it comes from a file (``--webhook.token-file``) or from
+the environment variable ``NODESYNC_WEBHOOK_TOKEN``, never from a flag (flags show in ``ps``),
+and it is never logged. The CLI passes the environment to ``WebhookSettings.from_args``.
+"""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
-from typing import Any
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
 
-from exporter.settings import FlagAdder, listen_address, positive_duration
+from exporter.model.guards import GuardPolicy
+from exporter.settings.declare import Setting, build, group, setting
+from exporter.settings.values import (
+    ADDRESS,
+    BOOLEAN,
+    NAME,
+    PATH,
+    POSITIVE_COUNT,
+    POSITIVE_DURATION,
+    POSITIVE_NUMBER,
+    choice,
+    text,
+)
+
+TOKEN_ENV: Final = "NODESYNC_WEBHOOK_TOKEN"
+
+# How the cluster view reads the API server: the controller's and ``nodesync plan``'s.
+KUBECONFIG = Setting(
+    "--kubeconfig",
+    "",
+    "kubeconfig file to reach the API server; empty: the pod's service account",
+    PATH,
+    doc="kubeconfig file to reach the API server; empty: the pod's service account (in-cluster)",
+)
+WAVE_LABEL = Setting(
+    "--wave-label",
+    "",
+    "node label whose value names a node's scale-out wave; empty: waves by creation time",
+    text("LABEL"),
+    doc="node label whose value names a node's scale-out wave; empty: waves by creation time only",
+)
+WAVE_GAP = Setting(
+    "--wave-gap",
+    "2m",
+    "nodes created at most this long after the previous one join its scale-out wave; "
+    "a wave closes (its size is frozen) once no node joined it for this long",
+    POSITIVE_DURATION,
+    doc="a node created at most this long after the previous one joins its wave; a wave "
+    "closes (its size is frozen) once no node joined it for this long",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:
-    listen_host: str = "0.0.0.0"
-    listen_port: int = 9618
-    kubeconfig: str = ""  # empty: the pod's service account (in-cluster)
-    wave_label: str | None = None  # None: waves by creation time only
-    wave_gap: float = 120.0
-    log_format: str = "text"
-    log_level: str = "info"
+    listen: tuple[str, int] = setting(
+        "--web.listen-address",
+        "0.0.0.0:9618",
+        "address serving /metrics, /healthz and /readyz",
+        ADDRESS,
+        doc="address serving `/metrics`, `/healthz`, `/readyz`",
+    )
+    kubeconfig: str = KUBECONFIG.field()
+    wave_label: str = WAVE_LABEL.field()  # empty: waves by creation time only
+    wave_gap: float = WAVE_GAP.field()
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen[0]
+
+    @property
+    def listen_port(self) -> int:
+        return self.listen[1]
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """``token`` (from the environment) and ``token_file`` are mutually exclusive; one of them is
+    needed to serve the webhook. TLS needs both the certificate and the key, or neither."""
+
+    journal_path: str = setting(
+        "--journal-path",
+        "/var/lib/nodesync/journal.db",
+        "SQLite file holding the controller's state: received alerts, plans and their steps",
+        PATH,
+    )
+    journal_retention: float = setting(
+        "--journal-retention",
+        "168h",
+        "forget deliveries, and alerts whose plan finished, last seen longer ago than this",
+        POSITIVE_DURATION,
+    )
+    token_file: str = setting(
+        "--webhook.token-file",
+        "",
+        "file holding the bearer token Alertmanager must send to POST /alerts (or set "
+        f"{TOKEN_ENV}); without a token the webhook is not served",
+        PATH,
+    )
+    max_body_bytes: int = setting(
+        "--webhook.max-body-bytes",
+        "1048576",
+        "larger webhook requests are refused with 413",
+        POSITIVE_COUNT,
+    )
+    tls_cert_file: str = setting(
+        "--webhook.tls-cert-file",
+        "",
+        "TLS certificate (PEM, with its chain) for the controller's listener (the webhook "
+        "and /metrics); empty: plain HTTP",
+        PATH,
+    )
+    tls_key_file: str = setting(
+        "--webhook.tls-key-file",
+        "",
+        "private key (PEM) of --webhook.tls-cert-file",
+        PATH,
+    )
+    token: str = field(default="", repr=False)
+    #: How long a journal write waits for a lock held by another process before it fails (503).
+    journal_busy_timeout: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.token and self.token_file:
+            raise ValueError(f"both {TOKEN_ENV} and --webhook.token-file are set: use one of them")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("--webhook.tls-cert-file and --webhook.tls-key-file go together")
+        if self.max_body_bytes <= 0:
+            raise ValueError("--webhook.max-body-bytes must be positive")
+        if self.journal_retention <= 0:
+            raise ValueError("--journal-retention must be positive")
+
+    @property
+    def has_token(self) -> bool:
+        """A token is configured: the webhook can be served."""
+        return bool(self.token or self.token_file)
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_file)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ControllerSettings:
-        host, port = args.web_listen_address
-        return cls(
-            listen_host=host,
-            listen_port=port,
-            kubeconfig=args.kubeconfig,
-            wave_label=args.wave_label or None,
-            wave_gap=args.wave_gap,
-            log_format=args.log_format,
-            log_level=args.log_level,
-        )
-
-    def as_log_fields(self) -> dict[str, Any]:
-        return asdict(self)
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str]) -> WebhookSettings:
+        """Raises ValueError for contradicting settings."""
+        token = environ.get(TOKEN_ENV, "").strip()
+        return dataclasses.replace(build(cls, args), token=token)
 
 
-def add_controller_flags(add: FlagAdder) -> None:
-    add.add(
-        "--web.listen-address",
-        default="0.0.0.0:9618",
-        type=listen_address,
-        help="address serving /metrics, /healthz and /readyz",
+def default_identity() -> str:
+    """The hostname (the pod's name in a Deployment) and the process id."""
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSettings:
+    """The rollback executor's settings, and the policy its guards enforce."""
+
+    dry_run: bool = setting(
+        "--dry-run",
+        "false",
+        "plan and record every alert, write nothing to the API server",
+        BOOLEAN,
     )
-    add_cluster_view_flags(add)
+    policy: GuardPolicy = group(GuardPolicy)
+    api_qps: float = setting(
+        "--api-qps",
+        "5",
+        "API writes per second on average (token bucket refill)",
+        POSITIVE_NUMBER,
+    )
+    api_burst: int = setting(
+        "--api-burst",
+        "10",
+        "API writes at once (token bucket size)",
+        POSITIVE_COUNT,
+    )
+    eviction_timeout: float = setting(
+        "--eviction-timeout",
+        "2m",
+        "how long an eviction a PodDisruptionBudget refuses is retried before the step fails",
+        POSITIVE_DURATION,
+    )
+    cleanup_timeout: float = setting(
+        "--cleanup-timeout",
+        "5m",
+        "how long to wait for the node's agent to report its runtime cleanup",
+        POSITIVE_DURATION,
+    )
+    leader_elect: bool = setting(
+        "--leader-elect",
+        "false",
+        "execute plans only while holding the leader Lease",
+        BOOLEAN,
+    )
+    leader_elect_namespace: str = setting(
+        "--leader-elect-namespace",
+        "nodesync",
+        "namespace of the leader Lease",
+        NAME,
+    )
+    leader_elect_name: str = setting(
+        "--leader-elect-name",
+        "nodesync-controller",
+        "name of the leader Lease",
+        NAME,
+    )
+    leader_elect_identity: str = setting(
+        "--leader-elect-identity",
+        "",
+        "this controller's identity in the leader Lease (set it to the pod's name); "
+        "empty: hostname and process id",
+        NAME,
+    )
+
+    @property
+    def leader_identity(self) -> str:
+        return self.leader_elect_identity or default_identity()
 
 
-def add_cluster_view_flags(add: FlagAdder) -> None:
-    """How to reach the API server and group nodes into waves: the controller's and
-    ``nodesync plan``'s common flags."""
-    add.add(
-        "--kubeconfig",
-        default="",
-        help="kubeconfig file to reach the API server; empty: the pod's service account",
+@dataclass(frozen=True, slots=True)
+class PlanSettings:
+    """``nodesync plan``: a payload, the cluster it reads, and the policy it judges by."""
+
+    payload: str = setting(
+        "--payload",
+        "-",
+        "Alertmanager webhook payload (JSON) to plan for; - reads it from stdin",
+        PATH,
     )
-    add.add(
-        "--wave-label",
-        default="",
-        help="node label whose value names a node's scale-out wave; empty: waves by creation time",
-    )
-    add.add(
-        "--wave-gap",
-        default="2m",
-        type=positive_duration,
-        help="nodes created at most this long after the previous one join its scale-out wave; "
-        "a wave closes (its size is frozen) once no node joined it for this long",
+    kubeconfig: str = KUBECONFIG.field()
+    wave_label: str = WAVE_LABEL.field()
+    wave_gap: float = WAVE_GAP.field()
+    policy: GuardPolicy = group(GuardPolicy)
+    output: str = setting(
+        "--output",
+        "text",
+        "text for people, json for tools",
+        choice("text", "json"),
     )

@@ -29,13 +29,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from exporter.controller.hook_settings import HookSettings
+from exporter.controller.settings import ExecutorSettings
 from exporter.kube.errors import KubeError
 from exporter.kube.writer import EvictionResult, KubeWriter
 from exporter.model.cleanup import CleanupState, CleanupStatus
 from exporter.model.guards import is_recovered, never_touch
 from exporter.model.kube import TAINT_NODESYNC, NodeInfo, PodInfo, Taint
-from exporter.model.plan import (
+from exporter.model.rollback import (
     CLEANUP_REQUEST_ANNOTATION,
     CLEANUP_STATUS_ANNOTATION,
     ROLLBACK_TAINT_EFFECT,
@@ -109,7 +109,7 @@ class StepRunner:
     def __init__(
         self,
         writer: KubeWriter,
-        settings: HookSettings,
+        settings: ExecutorSettings,
         *,
         lease_renew_time: Callable[[str], float | None],
         clock: Callable[[], float] = time.time,
@@ -147,7 +147,7 @@ class StepRunner:
                 node.conditions,
                 self._lease(node.name),
                 self._clock(),
-                self._settings.node_monitor_grace_period,
+                self._settings.policy.node_monitor_grace_period,
             )
         ):
             return StepOutcome(

@@ -29,7 +29,7 @@ from aiohttp import hdrs, web
 
 from exporter.controller.app import REGISTRY, follower
 from exporter.controller.journal import Journal, JournalError, RecordResult
-from exporter.controller.webhook_settings import TOKEN_ENV, WebhookSettings
+from exporter.controller.settings import TOKEN_ENV, WebhookSettings
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.webhook import WebhookMetrics, journal_families
 from exporter.model.payload import PayloadError, parse_payload

@@ -13,7 +13,6 @@ A pod without a phase is Pending (the API server creates every pod Pending).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from exporter.model.kube import (
@@ -24,6 +23,7 @@ from exporter.model.kube import (
     PodInfo,
     Taint,
 )
+from exporter.model.rfc3339 import parse_time
 
 JSONObject = dict[str, Any]
 ANNOTATION_MIRROR = "kubernetes.io/config.mirror"
@@ -38,15 +38,7 @@ class ConversionError(ValueError):
 
 def timestamp(value: Any) -> float | None:
     """RFC 3339 -> Unix seconds; None for anything else. A time without offset is UTC."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    return parse_time(value)
 
 
 def _dict(value: Any) -> Mapping[str, Any]:

@@ -25,22 +25,17 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from exporter.kube.api import JSONObject, KubeAPI
 from exporter.kube.errors import Conflict, KubeError, NotFound
 from exporter.kube.resources import LEASES
+from exporter.model.rfc3339 import format_micro_time
 
 log = logging.getLogger(__name__)
 
 #: client-go's JitterFactor for the candidates' retry period.
 JITTER_FACTOR = 1.2
-
-
-def micro_time(seconds: float) -> str:
-    """A MicroTime (RFC 3339 with microseconds) as the API writes it."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +227,7 @@ class LeaderElector:
         self._lease = lease
 
     def _wanted(self, current: LeaderRecord | None) -> LeaderRecord:
-        now = micro_time(self._wall_clock())
+        now = format_micro_time(self._wall_clock())
         duration = max(1, math.ceil(self.lease_duration))
         if current is not None and current.holder == self.identity and current.acquire_time:
             return LeaderRecord(
@@ -283,7 +278,7 @@ class LeaderElector:
         """Give the Lease up if this elector holds it: empty holder, duration 1 s."""
         if self._lease is None or self._record is None or self._record.holder != self.identity:
             return True
-        now = micro_time(self._wall_clock())
+        now = format_micro_time(self._wall_clock())
         record = LeaderRecord("", 1, now, now, self._record.transitions)
         body = dict(self._lease)
         body["spec"] = {**(self._lease.get("spec") or {}), **record.spec()}

@@ -23,7 +23,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from exporter.kube.api import JSONObject, KubeAPI
@@ -39,6 +38,7 @@ from exporter.kube.informer import Backoff
 from exporter.kube.ratelimit import AsyncRateLimiter
 from exporter.kube.resources import EVENTS, NODES, PODS, Resource
 from exporter.model.kube import NodeInfo, PodInfo, Taint
+from exporter.model.rfc3339 import format_time
 
 __all__ = ["AsyncRateLimiter", "EvictionResult", "KubeWriter", "WriteResult"]
 
@@ -99,12 +99,8 @@ def taint_json(taint: Taint) -> JSONObject:
     if taint.value:
         out["value"] = taint.value
     if taint.time_added is not None:
-        out["timeAdded"] = _rfc3339(taint.time_added)
+        out["timeAdded"] = format_time(taint.time_added)
     return out
-
-
-def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_name(object_name: str, key: str) -> str:
@@ -453,7 +449,7 @@ class KubeWriter:
         if type not in EVENT_TYPES:
             raise ValueError(f"event type must be Normal or Warning, not {type!r}")
         event_namespace = namespace or "default"
-        now = _rfc3339(self._wall_clock())
+        now = format_time(self._wall_clock())
         involved: JSONObject = {"apiVersion": "v1", "kind": kind, "name": name, "uid": uid}
         if namespace:
             involved["namespace"] = namespace

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-# ``action``: the step kinds (exporter.model.plan.StepKind values), and ``undo`` for giving a
+# ``action``: the step kinds (exporter.model.rollback.StepKind values), and ``undo`` for giving a
 # node that recovered before it was drained back to the scheduler.
 ACTIONS = (
     "cordon",

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from exporter.model.alerts import FIRING, RESOLVED
-from exporter.model.plan import PlanState
+from exporter.model.rollback import PlanState
 
 #: Every status code the webhook answers with (the ``code`` label's values).
 WEBHOOK_CODES: Final = ("200", "400", "401", "405", "413", "415", "500", "503")

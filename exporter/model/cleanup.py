@@ -2,7 +2,7 @@
 
 The controller asks by setting the Node annotation ``nodesync.io/cleanup-request`` to a request
 id; the agent answers with ``nodesync.io/cleanup-status``, JSON with the same id (see
-docs/cleanup.md). Both annotation names live in :mod:`exporter.model.plan`.
+docs/cleanup.md). Both annotation names live in :mod:`exporter.model.rollback`.
 
 What is removed is decided twice. The request is answered from the agent's latest drift (what
 the metrics showed when the controller decided). Right before acting, drift is computed again
@@ -17,12 +17,12 @@ import enum
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from exporter.model.drift import Drift, DriftItem, DriftKind, desired_until
 from exporter.model.kube import PodInfo
-from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
+from exporter.model.rfc3339 import format_time, parse_time
+from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
 
 #: The kinds a cleanup removes. missing_sandbox (nothing to remove) and kubelet_only (kubelet's
 #: own directories) are never touched.
@@ -57,9 +57,7 @@ class CleanupStatus:
                 "removedSandboxes": self.removed_sandboxes,
                 "removedContainers": self.removed_containers,
                 "skipped": self.skipped,
-                "finishedAt": datetime.fromtimestamp(int(self.finished_at), UTC).strftime(
-                    "%Y-%m-%dT%H:%M:%SZ"
-                ),
+                "finishedAt": format_time(self.finished_at),
                 "error": self.error,
             },
             separators=(",", ":"),
@@ -83,11 +81,7 @@ class CleanupStatus:
             value = data.get(key)
             return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
-        finished = data.get("finishedAt")
-        try:
-            finished_at = datetime.fromisoformat(finished).timestamp() if finished else 0.0
-        except (TypeError, ValueError):
-            finished_at = 0.0
+        finished_at = parse_time(data.get("finishedAt")) or 0.0
         error = data.get("error")
         return cls(
             id=data["id"],

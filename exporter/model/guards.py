@@ -45,7 +45,15 @@ from exporter.model.clusterview import (
     NodeView,
 )
 from exporter.model.kube import NodeCondition, NodeInfo
-from exporter.model.plan import Action, Plan, Refusal
+from exporter.model.rollback import Action, Plan, Refusal
+from exporter.settings.declare import setting
+from exporter.settings.values import (
+    BOOLEAN,
+    COUNT,
+    FRACTION,
+    POSITIVE_COUNT,
+    POSITIVE_DURATION,
+)
 
 CONTROL_PLANE = "control_plane"
 PROTECTED = "protected"
@@ -80,14 +88,62 @@ _EPSILON = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class GuardPolicy:
-    scaleout_window: float = 1800.0
-    max_rollbacks: int = 10
-    max_rollbacks_window: float = 3600.0
-    max_rollback_fraction: float = 0.1
-    correlated_failure_fraction: float = 0.3
-    correlated_failure_min_nodes: int = 2
-    node_monitor_grace_period: float = 50.0
-    max_concurrent_rollbacks: int = 3
+    """What a rollback may do, as the flags say (shared by the controller and ``plan``)."""
+
+    delete_nodes: bool = setting(
+        "--delete-nodes",
+        "false",
+        "end a node rollback by deleting the Node",
+        BOOLEAN,
+    )
+    scaleout_window: float = setting(
+        "--scaleout-window",
+        "30m",
+        "only nodes created at most this long before their trouble began are rolled back",
+        POSITIVE_DURATION,
+    )
+    max_rollbacks: int = setting(
+        "--max-rollbacks",
+        "10",
+        "at most this many nodes rolled back within --max-rollbacks-window, all waves together",
+        COUNT,
+    )
+    max_rollbacks_window: float = setting(
+        "--max-rollbacks-window",
+        "1h",
+        "the sliding window --max-rollbacks counts in",
+        POSITIVE_DURATION,
+    )
+    max_rollback_fraction: float = setting(
+        "--max-rollback-fraction",
+        "0.1",
+        "at most this fraction of a scale-out wave is rolled back (at least one node)",
+        FRACTION,
+    )
+    correlated_failure_fraction: float = setting(
+        "--correlated-failure-fraction",
+        "0.3",
+        "pause every action while at least this fraction of the established nodes fail",
+        FRACTION,
+    )
+    correlated_failure_min_nodes: int = setting(
+        "--correlated-failure-min-nodes",
+        "2",
+        "... and at least this many established nodes fail",
+        POSITIVE_COUNT,
+    )
+    node_monitor_grace_period: float = setting(
+        "--node-monitor-grace-period",
+        "50s",
+        "a Lease older than this is stale (kube-controller-manager's flag of that name)",
+        POSITIVE_DURATION,
+    )
+    max_concurrent_rollbacks: int = setting(
+        "--max-concurrent-rollbacks",
+        "3",
+        "node rollbacks running at once; further ones wait",
+        POSITIVE_COUNT,
+    )
 
 
 # ---------------------------------------------------------------- node health

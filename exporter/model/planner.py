@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from exporter.model.alerts import FIRING, NODE_LABEL, Alert
 from exporter.model.clusterview import ClusterView
-from exporter.model.plan import Action, Plan, Refusal, Step, StepKind
+from exporter.model.rollback import Action, Plan, Refusal, Step, StepKind
 
 NAMESPACE_LABEL = "namespace"
 POD_LABEL = "pod"

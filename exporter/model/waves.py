@@ -41,11 +41,11 @@ smaller. Whatever needs the denominator across restarts (the rollback journal) m
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.model.kube import NodeInfo
+from exporter.model.rfc3339 import format_time
 
 DEFAULT_GAP_SECONDS = 120.0
 
@@ -71,7 +71,7 @@ class WaveSnapshot:
 
 def time_wave_id(created_at: float) -> str:
     """The id of a wave opened by a node created at ``created_at`` (Unix seconds)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(math.floor(created_at)))
+    return format_time(math.floor(created_at))
 
 
 def node_key(node: NodeInfo) -> str:

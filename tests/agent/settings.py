@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from exporter.settings import AgentSettings
-from exporter.sim.containerd import LocalContainerd
+from exporter.agent.settings import AgentSettings
+from nodesync_sim.containerd import LocalContainerd
 
 
 def agent_settings(
@@ -15,15 +15,12 @@ def agent_settings(
 ) -> AgentSettings:
     base = AgentSettings(
         cri_endpoint=containerd.endpoint,
-        listen_host="127.0.0.1",
-        listen_port=0,
+        listen=("127.0.0.1", 0),
         sync_period=0.2,
         cri_timeout=0.5,
         kubelet_root_dir=str(kubelet_root),
         containerd_root=str(containerd.root),
         kubelet_healthz_url=f"http://127.0.0.1:{closed_port}/healthz",
         kubelet_timeout=0.5,
-        log_format="text",
-        log_level="info",
     )
     return replace(base, **overrides)

@@ -16,7 +16,7 @@ from exporter.metrics.cleanup import CleanupTotals
 from exporter.model.cleanup import CleanupState, CleanupStatus
 from exporter.model.drift import Drift, compute_drift
 from exporter.model.kube import NodeInfo, PodInfo
-from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
+from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
 from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, SandboxState
 from tests.model.builders import exited, running, sandbox
 

@@ -19,10 +19,11 @@ from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import CLEANUP, make_app
 from exporter.agent.cleanup import NodeCleanup
+from exporter.agent.settings import AgentSettings
 from exporter.cri.client import CRIClient
 from exporter.cri.pb import api_pb2, api_pb2_grpc
 from exporter.model.cleanup import CleanupState, CleanupStatus
-from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
+from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
 from exporter.model.runtime import (
     LABEL_POD_NAME,
     LABEL_POD_NAMESPACE,
@@ -30,10 +31,9 @@ from exporter.model.runtime import (
     ContainerState,
     SandboxState,
 )
-from exporter.settings import AgentSettings
-from exporter.sim.apiserver.server import APIServer
-from exporter.sim.containerd import LocalContainerd, cgroup_root_for
-from exporter.sim.runtime_pods import ContainerSpec, run_pod
+from nodesync_sim.apiserver.server import APIServer
+from nodesync_sim.containerd import LocalContainerd, cgroup_root_for
+from nodesync_sim.runtime_pods import ContainerSpec, run_pod
 from tests.metrics.exposition import labels, series
 
 pytestmark = pytest.mark.containerd
@@ -123,16 +123,13 @@ async def env(
         (kubelet_root / "pods").mkdir(parents=True)
         settings = AgentSettings(
             cri_endpoint=containerd.endpoint,
-            listen_host="127.0.0.1",
-            listen_port=0,
+            listen=("127.0.0.1", 0),
             sync_period=0.2,
             cri_timeout=2.0,
             kubelet_root_dir=str(kubelet_root),
             containerd_root=str(containerd.root),
             kubelet_healthz_url=f"http://127.0.0.1:{unused_tcp_port}/healthz",
             kubelet_timeout=0.5,
-            log_format="text",
-            log_level="info",
             node_name=NODE,
             kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")),
             api_initial_jitter=0.0,

@@ -16,8 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from exporter.controller.app import make_app
 from exporter.controller.settings import ControllerSettings
-from exporter.sim.apiserver import APIServer
-from exporter.sim.apiserver.store import Store
+from exporter.model.rfc3339 import format_micro_time, format_time
+from nodesync_sim.apiserver import APIServer
+from nodesync_sim.apiserver.store import Store
 from tests.controller.builders import T0
 from tests.metrics.exposition import series
 
@@ -48,8 +49,7 @@ async def server(clock: SimClock) -> AsyncIterator[APIServer]:
 @pytest.fixture
 def settings(server: APIServer, tmp_path: Path) -> ControllerSettings:
     return ControllerSettings(
-        listen_host="127.0.0.1",
-        listen_port=0,
+        listen=("127.0.0.1", 0),
         kubeconfig=str(server.write_kubeconfig(tmp_path / "kubeconfig")),
         wave_label="example.com/scale-out",
         wave_gap=120.0,
@@ -88,11 +88,6 @@ async def value(client: Client, name: str, **labels: str) -> float | None:
     return series(await scrape(client), name).get(frozenset(labels.items()))
 
 
-def rfc3339(t: float, *, micro: bool = False) -> str:
-    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ"
-    return datetime.fromtimestamp(t, UTC).strftime(fmt)
-
-
 def node_object(
     name: str, *, ready: str = "True", transition: float = T0, labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -105,13 +100,13 @@ def node_object(
                     "type": "Ready",
                     "status": ready,
                     "reason": "KubeletReady" if ready == "True" else "KubeletNotReady",
-                    "lastTransitionTime": rfc3339(transition),
-                    "lastHeartbeatTime": rfc3339(transition),
+                    "lastTransitionTime": format_time(transition),
+                    "lastHeartbeatTime": format_time(transition),
                 },
                 {
                     "type": "DiskPressure",
                     "status": "False",
-                    "lastTransitionTime": rfc3339(transition),
+                    "lastTransitionTime": format_time(transition),
                 },
             ]
         },
@@ -124,6 +119,6 @@ def lease_object(name: str, renew: float) -> dict[str, Any]:
         "spec": {
             "holderIdentity": name,
             "leaseDurationSeconds": 40,
-            "renewTime": rfc3339(renew, micro=True),
+            "renewTime": format_micro_time(renew),
         },
     }

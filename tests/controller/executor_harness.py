@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,30 +24,27 @@ import pytest
 
 from exporter.controller.cluster import ClusterWatch
 from exporter.controller.executor import REFUSAL_REASONS, Executor, Leadership
-from exporter.controller.hook_settings import HookSettings
 from exporter.controller.journal import Journal, PlanRecord
+from exporter.controller.settings import ExecutorSettings
 from exporter.kube.api import KubeAPI
 from exporter.kube.ratelimit import AsyncRateLimiter
 from exporter.kube.writer import KubeWriter
 from exporter.metrics.rollback import RollbackMetrics
 from exporter.model.alerts import Alert, WebhookPayload
-from exporter.model.plan import (
+from exporter.model.rfc3339 import format_micro_time, format_time
+from exporter.model.rollback import (
     CLEANUP_REQUEST_ANNOTATION,
     CLEANUP_STATUS_ANNOTATION,
     PlanState,
 )
-from exporter.sim.apiserver import APIServer
-from exporter.sim.apiserver.store import Store
+from exporter.settings.declare import changed
+from nodesync_sim.apiserver import APIServer
+from nodesync_sim.apiserver.store import Store
 
 DAY = 86_400.0
 #: When the test alerts began firing (one value, so that every copy is the same episode).
 STARTED = float(int(time.time()) - 60)
 LEASES = "kube-node-lease"
-
-
-def rfc3339(t: float, *, micro: bool = False) -> str:
-    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ"
-    return datetime.fromtimestamp(t, UTC).strftime(fmt)
 
 
 @dataclass
@@ -74,7 +71,7 @@ def node_object(
     labels: dict[str, str] | None = None,
     taints: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    transition = rfc3339(since if since is not None else time.time() - 30)
+    transition = format_time(since if since is not None else time.time() - 30)
     spec: dict[str, Any] = {}
     if taints:
         spec["taints"] = taints
@@ -101,7 +98,7 @@ def lease_object(name: str, renew: float) -> dict[str, Any]:
         "spec": {
             "holderIdentity": name,
             "leaseDurationSeconds": 40,
-            "renewTime": rfc3339(renew, micro=True),
+            "renewTime": format_micro_time(renew),
         },
     }
 
@@ -192,7 +189,7 @@ class Agent:
                 "state": self.state,
                 "removedSandboxes": 2,
                 "removedContainers": 3,
-                "finishedAt": rfc3339(time.time()),
+                "finishedAt": format_time(time.time()),
                 "error": "" if self.state == "done" else "runtime unavailable",
             }
             self.store.patch(
@@ -211,7 +208,8 @@ class Agent:
 # ---------------------------------------------------------------- the bench
 
 
-FAST = HookSettings(
+FAST = changed(
+    ExecutorSettings(),
     eviction_timeout=0.5,
     cleanup_timeout=10.0,
     max_concurrent_rollbacks=10,
@@ -297,7 +295,7 @@ class Bench:
 
     def executor(
         self,
-        settings: HookSettings = FAST,
+        settings: ExecutorSettings = FAST,
         *,
         leadership: Leadership | None = None,
         limiter: AsyncRateLimiter | None = None,
@@ -390,8 +388,9 @@ async def bench(tmp_path: Path) -> AsyncIterator[Bench]:
             await api.close()
 
 
-def settings(**kw: Any) -> HookSettings:
-    return replace(FAST, **kw)
+def settings(**kw: Any) -> ExecutorSettings:
+    """FAST with these settings changed (the executor's and its policy's alike)."""
+    return changed(FAST, **kw)
 
 
 def nodes_patched(server: APIServer) -> int:

@@ -16,7 +16,7 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, token_configuration
 from exporter.kube.resources import NODES
 from exporter.model.waves import time_wave_id
-from exporter.sim.apiserver import APIServer
+from nodesync_sim.apiserver import APIServer
 from tests.controller.builders import T0
 from tests.controller.conftest import (
     LEASES,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.controller.rich import rich_controller_exposition
+from tests.controller.every_series import rich_controller_exposition
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.promtool import check_metrics
 

@@ -18,7 +18,8 @@ import pytest
 from exporter.controller.executor import Executor
 from exporter.kube.writer import KubeWriter
 from exporter.model.kube import Taint
-from exporter.model.plan import (
+from exporter.model.planner import plan_alert
+from exporter.model.rollback import (
     CLEANUP_REQUEST_ANNOTATION,
     CLEANUP_STATUS_ANNOTATION,
     Plan,
@@ -26,7 +27,6 @@ from exporter.model.plan import (
     StepState,
     cleanup_request_id,
 )
-from exporter.model.planner import plan_alert
 from tests.controller.executor_harness import (
     Bench,
     alert,

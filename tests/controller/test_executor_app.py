@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,11 @@ from prometheus_client import CollectorRegistry
 
 from exporter.controller.app import make_app
 from exporter.controller.executor import EXECUTOR, executor_extension
-from exporter.controller.hook_settings import HookSettings
-from exporter.controller.settings import ControllerSettings
+from exporter.controller.settings import ControllerSettings, ExecutorSettings
 from exporter.controller.webhook import webhook_extension
-from exporter.model.plan import PlanState
-from exporter.sim.apiserver import APIServer
+from exporter.model.rollback import PlanState
+from exporter.settings.declare import changed
+from nodesync_sim.apiserver import APIServer
 from tests.controller.alert_builders import alert as am_alert
 from tests.controller.alert_builders import body
 from tests.controller.conftest import AiohttpClient, Client, SimClock, scrape
@@ -54,7 +53,7 @@ async def start(
     aiohttp_client: AiohttpClient,
     settings: ControllerSettings,
     tmp_path: Path,
-    hook: HookSettings,
+    hook: ExecutorSettings,
 ) -> Client:
     app = make_app(
         settings,
@@ -81,7 +80,7 @@ async def test_posted_three_times_each_step_runs_once(
     agent: Agent,
 ) -> None:
     add_nodes(server, clock, "new-1", "new-2")
-    client = await start(aiohttp_client, settings, tmp_path, replace(FAST, delete_nodes=True))
+    client = await start(aiohttp_client, settings, tmp_path, changed(FAST, delete_nodes=True))
     for _ in range(3):
         response = await post(client, rollback("new-1", "00000000000000a1"))
         assert response.status == 200
@@ -114,7 +113,7 @@ async def test_dry_run_through_the_app_writes_nothing(
     tmp_path: Path,
 ) -> None:
     add_nodes(server, clock, *(f"new-{i}" for i in range(10)))
-    client = await start(aiohttp_client, settings, tmp_path, replace(FAST, dry_run=True))
+    client = await start(aiohttp_client, settings, tmp_path, changed(FAST, dry_run=True))
     server.counters.reset()
     alerts = [am_alert(f"{i:016x}", node=f"new-{i}", starts_at=STARTS) for i in range(3)]
     assert (await post(client, body(*alerts))).status == 200
@@ -143,7 +142,7 @@ async def test_with_leader_election_it_executes_once_it_leads(
 ) -> None:
     server.store.create("namespaces", {"metadata": {"name": "nodesync"}})
     add_nodes(server, clock, "new-1")
-    hook = replace(FAST, leader_elect=True, identity="controller-a")
+    hook = changed(FAST, leader_elect=True, leader_elect_identity="controller-a")
     client = await start(aiohttp_client, settings, tmp_path, hook)
 
     async def leading() -> bool:

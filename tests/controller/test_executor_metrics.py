@@ -10,7 +10,7 @@ import pytest
 from exporter.controller.executor import REFUSAL_REASONS
 from exporter.metrics.rollback import ACTIONS, RESULTS, RollbackMetrics, RollbackStatus
 from exporter.model import guards, planner
-from exporter.model.plan import StepKind, StepState
+from exporter.model.rollback import StepKind, StepState
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, render, series
 from tests.metrics.promtool import check_metrics

@@ -20,7 +20,6 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,8 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.kube.writer import KubeWriter, WriteResult
 from exporter.metrics.rollback import RollbackMetrics
-from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, PlanState
+from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, PlanState
+from exporter.settings.declare import changed
 from tests.controller.executor_harness import (
     FAST,
     Bench,
@@ -45,7 +45,7 @@ from tests.controller.executor_harness import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = replace(FAST, max_concurrent_rollbacks=1, max_rollback_fraction=1.0, cleanup_timeout=60)
+SETTINGS = changed(FAST, max_concurrent_rollbacks=1, max_rollback_fraction=1.0, cleanup_timeout=60)
 STEP_EVENTS = {
     "NodesyncCordon",
     "NodesyncTaint",
@@ -222,10 +222,10 @@ async def test_a_restart_keeps_the_blast_radius(b: Bench) -> None:
     for i in range(20):
         b.add_node(f"new-{i:02}", age=300 - i)
     await b.wait_cluster(20)
-    first = b.executor(replace(FAST, max_rollback_fraction=0.1))
+    first = b.executor(changed(FAST, max_rollback_fraction=0.1))
     await b.deliver(alert("new-00"))
     await b.settled(first)
-    second = b.executor(replace(FAST, max_rollback_fraction=0.1))  # forgets nothing
+    second = b.executor(changed(FAST, max_rollback_fraction=0.1))  # forgets nothing
     await b.deliver(*(alert(f"new-{i:02}") for i in range(1, 5)))
     await second.restore()
     await b.settled(second)

@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 
 import pytest
 
-from exporter.controller.hook_settings import HookSettings, add_hook_flags, boolean
+from exporter.commandline import parse_settings
+from exporter.controller.settings import ExecutorSettings
 from exporter.model.guards import GuardPolicy
-from exporter.settings import FlagAdder
 
 
-def parse(argv: list[str], environ: Mapping[str, str] | None = None) -> HookSettings:
-    parser = argparse.ArgumentParser()
-    add_hook_flags(FlagAdder(parser, environ or {}))
-    return HookSettings.from_args(parser.parse_args(argv))
+def parse(argv: list[str], environ: Mapping[str, str] | None = None) -> ExecutorSettings:
+    return parse_settings(ExecutorSettings, argv, environ or {})
 
 
 def test_defaults() -> None:
     settings = parse([])
-    assert settings == HookSettings()
+    assert settings == ExecutorSettings()
     assert settings.policy == GuardPolicy()
-    assert (settings.dry_run, settings.delete_nodes, settings.leader_elect) == (False,) * 3
+    assert (settings.dry_run, settings.policy.delete_nodes, settings.leader_elect) == (False,) * 3
     assert (settings.api_qps, settings.api_burst) == (5.0, 10)
     assert (settings.eviction_timeout, settings.cleanup_timeout) == (120.0, 300.0)
     assert settings.leader_identity  # hostname and pid when not set
@@ -54,8 +51,8 @@ def test_flags_and_environment() -> None:
     ]
     settings = parse(argv, environ)
     assert settings.dry_run is True
-    assert settings.delete_nodes is True
     assert settings.policy == GuardPolicy(
+        delete_nodes=True,
         scaleout_window=2700.0,
         max_rollbacks=4,
         max_rollbacks_window=7200.0,
@@ -100,12 +97,3 @@ def test_a_malformed_environment_value_names_the_variable(
     with pytest.raises(SystemExit):
         parse([], {"NODESYNC_DELETE_NODES": "sometimes"})
     assert "NODESYNC_DELETE_NODES" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [("true", True), ("TRUE", True), ("1", True), ("yes", True), ("on", True),
-     ("false", False), ("0", False), ("no", False), ("off", False), ("", False)],
-)  # fmt: skip
-def test_boolean(text: str, value: bool) -> None:
-    assert boolean(text) is value

@@ -19,7 +19,7 @@ from exporter.controller.journal import (
     JournalError,
     RecordResult,
 )
-from exporter.model.plan import (
+from exporter.model.rollback import (
     Action,
     Plan,
     PlanState,

@@ -2,31 +2,23 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
-from exporter.controller.settings import ControllerSettings, add_controller_flags
-from exporter.settings import FlagAdder, add_common_flags
+from exporter.commandline import parse_settings
+from exporter.controller.settings import ControllerSettings
+from exporter.settings.declare import log_fields
 
 
 def parse(argv: list[str], environ: dict[str, str] | None = None) -> ControllerSettings:
-    parser = argparse.ArgumentParser(prog="nodesync controller", exit_on_error=False)
-    add = FlagAdder(parser, environ or {})
-    add_controller_flags(add)
-    add_common_flags(add)
-    return ControllerSettings.from_args(parser.parse_args(argv))
+    return parse_settings(ControllerSettings, argv, environ or {}, prog="nodesync controller")
 
 
 def test_defaults() -> None:
     assert parse([]) == ControllerSettings(
-        listen_host="0.0.0.0",
-        listen_port=9618,
+        listen=("0.0.0.0", 9618),
         kubeconfig="",
-        wave_label=None,
+        wave_label="",
         wave_gap=120.0,
-        log_format="text",
-        log_level="info",
     )
 
 
@@ -53,13 +45,13 @@ def test_defaults() -> None:
         pytest.param(
             ["--wave-label", ""],
             {"NODESYNC_WAVE_LABEL": "a"},
-            ("0.0.0.0", 9618, "", None, 120.0),
-            id="empty-wave-label-means-none",
+            ("0.0.0.0", 9618, "", "", 120.0),
+            id="empty-wave-label-means-by-creation-time",
         ),
     ],
 )
 def test_sources(
-    argv: list[str], environ: dict[str, str], expected: tuple[str, int, str, str | None, float]
+    argv: list[str], environ: dict[str, str], expected: tuple[str, int, str, str, float]
 ) -> None:
     s = parse(argv, environ)
     assert (s.listen_host, s.listen_port, s.kubeconfig, s.wave_label, s.wave_gap) == expected
@@ -68,9 +60,10 @@ def test_sources(
 @pytest.mark.parametrize(
     "argv", [["--wave-gap", "0s"], ["--wave-gap", "soon"], ["--web.listen-address", "9618"]]
 )
-def test_bad_values_are_rejected(argv: list[str]) -> None:
-    with pytest.raises(argparse.ArgumentError):
+def test_bad_values_are_rejected(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
         parse(argv)
+    assert argv[0] in capsys.readouterr().err
 
 
 def test_bad_environment_stops_with_the_variable_name(capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,4 +73,4 @@ def test_bad_environment_stops_with_the_variable_name(capsys: pytest.CaptureFixt
 
 
 def test_log_fields() -> None:
-    assert parse(["--wave-label", "x"]).as_log_fields()["wave_label"] == "x"
+    assert log_fields(parse(["--wave-label", "x"]))["wave_label"] == "x"

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from exporter.controller.journal import Journal, RecordResult
-from exporter.controller.settings import ControllerSettings
+from exporter.controller.settings import ControllerSettings, WebhookSettings
 from exporter.controller.webhook import ALERTS_RECORDED, WebhookConfigError, webhook_extension
-from exporter.controller.webhook_settings import WebhookSettings
 from exporter.model.payload import MAX_ALERTS
 from tests.controller.alert_builders import alert, body, payload
 from tests.controller.builders import T0

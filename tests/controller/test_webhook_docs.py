@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.metrics.webhook import WEBHOOK_CODES, WebhookMetrics
-from exporter.model.plan import PlanState
-from tests.controller.webhook_rich import rich_webhook
+from exporter.model.rollback import PlanState
+from tests.controller.webhook_every_series import rich_webhook
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.promtool import check_metrics
 

@@ -15,23 +15,23 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from exporter.commandline import add_settings
 from exporter.controller.app import make_app
-from exporter.controller.settings import ControllerSettings
-from exporter.controller.webhook import WebhookConfigError, tls_context, webhook_extension
-from exporter.controller.webhook_settings import (
+from exporter.controller.settings import (
     TOKEN_ENV,
+    ControllerSettings,
     WebhookSettings,
-    add_webhook_flags,
-    positive_int,
 )
-from exporter.settings import FlagAdder
+from exporter.controller.webhook import WebhookConfigError, tls_context, webhook_extension
+from exporter.settings.declare import log_fields
+from exporter.settings.values import positive_count
 from tests.controller.alert_builders import body
 from tests.controller.webhook_support import AUTH, hook_settings
 
 
 def parse(argv: list[str], environ: dict[str, str] | None = None) -> WebhookSettings:
     parser = argparse.ArgumentParser(prog="nodesync controller", exit_on_error=False)
-    add_webhook_flags(FlagAdder(parser, environ or {}))
+    add_settings(parser, environ or {}, [WebhookSettings])
     return WebhookSettings.from_args(parser.parse_args(argv), environ or {})
 
 
@@ -76,8 +76,8 @@ def test_the_token_comes_from_the_environment_and_is_never_shown() -> None:
     assert settings.token == "secret-value"
     assert settings.has_token
     assert "secret-value" not in repr(settings)
-    assert settings.as_log_fields()["token"] == "<set>"
-    assert "secret-value" not in str(settings.as_log_fields())
+    assert "token" not in log_fields(settings)
+    assert "secret-value" not in str(log_fields(settings))
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_contradicting_settings_are_refused(changes: dict[str, object], message:
 @pytest.mark.parametrize("text", ["0", "-1", "1.5", "1MiB", ""])
 def test_body_limits_are_positive_whole_numbers(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
-        positive_int(text)
+        positive_count(text)
     with pytest.raises(argparse.ArgumentError):
         parse(["--webhook.max-body-bytes", text])
 

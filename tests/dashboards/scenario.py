@@ -8,7 +8,7 @@ The cluster (times relative to the start):
   stale, cordoned and tainted by nodesync): NodesyncNewNodeNotReady goes pending.
 - ``node-a``: the healthy node of wave ``wave-7`` (joined 5 min ago, Ready), with the agent on a
   real containerd. The API server binds pods to it: ``web`` (runs), ``mixed`` (runs the four
-  containers of :class:`~exporter.sim.runtime_pods.MixedPod`; the API reports a crash-looping
+  containers of :class:`~nodesync_sim.runtime_pods.MixedPod`; the API reports a crash-looping
   container), ``stuck`` (Pending for 5 min, no sandbox: missing-sandbox drift). containerd also
   runs ``gone``, a pod the API does not know (orphan-sandbox drift), and kubelet's pods dir holds
   a directory nobody knows (kubelet-only drift). The OOM container is restarted twice (an OOM
@@ -42,19 +42,18 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app as make_agent_app
+from exporter.agent.settings import AgentSettings
 from exporter.controller.app import make_app as make_controller_app
 from exporter.controller.executor import executor_extension
-from exporter.controller.hook_settings import HookSettings
-from exporter.controller.settings import ControllerSettings
+from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
 from exporter.controller.webhook import webhook_extension
-from exporter.controller.webhook_settings import WebhookSettings
+from exporter.model.rfc3339 import format_micro_time, format_time
 from exporter.model.runtime import ContainerState
-from exporter.settings import AgentSettings
-from exporter.sim.apiserver import APIServer
-from exporter.sim.apiserver.store import Store
-from exporter.sim.containerd import LocalContainerd
-from exporter.sim.prometheus import LocalAlertmanager, LocalPrometheus
-from exporter.sim.runtime_pods import (
+from nodesync_sim.apiserver import APIServer
+from nodesync_sim.apiserver.store import Store
+from nodesync_sim.containerd import LocalContainerd
+from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
+from nodesync_sim.runtime_pods import (
     ContainerSpec,
     MixedPod,
     restart_container,
@@ -90,11 +89,6 @@ class OffsetClock:
         return datetime.now(UTC) - timedelta(seconds=self.offset)
 
 
-def _rfc3339(seconds_ago: float, *, micro: bool = False) -> str:
-    moment = datetime.now(UTC) - timedelta(seconds=seconds_ago)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
-
-
 def _node(name: str, *, ready: str, since: float, labels: dict[str, str]) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "labels": labels},
@@ -105,10 +99,14 @@ def _node(name: str, *, ready: str, since: float, labels: dict[str, str]) -> dic
                     "type": "Ready",
                     "status": ready,
                     "reason": "KubeletReady" if ready == "True" else "KubeletNotReady",
-                    "lastTransitionTime": _rfc3339(since),
-                    "lastHeartbeatTime": _rfc3339(since),
+                    "lastTransitionTime": format_time(time.time() - since),
+                    "lastHeartbeatTime": format_time(time.time() - since),
                 },
-                {"type": "DiskPressure", "status": "False", "lastTransitionTime": _rfc3339(since)},
+                {
+                    "type": "DiskPressure",
+                    "status": "False",
+                    "lastTransitionTime": format_time(time.time() - since),
+                },
             ]
         },
     }
@@ -120,7 +118,7 @@ def _lease(name: str, renewed_ago: float) -> dict[str, Any]:
         "spec": {
             "holderIdentity": name,
             "leaseDurationSeconds": 40,
-            "renewTime": _rfc3339(renewed_ago, micro=True),
+            "renewTime": format_micro_time(time.time() - renewed_ago),
         },
     }
 
@@ -139,7 +137,7 @@ def _pod(name: str, status: dict[str, Any], containers: list[str]) -> dict[str, 
 
 
 def _mixed_status() -> dict[str, Any]:
-    running = {"running": {"startedAt": _rfc3339(200)}}
+    running = {"running": {"startedAt": format_time(time.time() - 200)}}
     return {
         "phase": "Running",
         "containerStatuses": [
@@ -159,7 +157,11 @@ def _stuck_status() -> dict[str, Any]:
     return {
         "phase": "Pending",
         "conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": _rfc3339(300)}
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastTransitionTime": format_time(time.time() - 300),
+            }
         ],
         "containerStatuses": [
             {
@@ -196,7 +198,7 @@ def rollback_alert(node: str) -> dict[str, Any]:
             "nodesync_action": "rollback_node",
         },
         "annotations": {"summary": f"New node {node} is not Ready: rolling it back."},
-        "startsAt": _rfc3339(60),
+        "startsAt": format_time(time.time() - 60),
         "generatorURL": "http://127.0.0.1/graph",
     }
 
@@ -317,16 +319,13 @@ class Scenario:
         agent = make_agent_app(
             AgentSettings(
                 cri_endpoint=self.containerd.endpoint,
-                listen_host="127.0.0.1",
-                listen_port=0,
+                listen=("127.0.0.1", 0),
                 sync_period=0.2,
                 cri_timeout=0.5,
                 kubelet_root_dir=str(kubelet_root),
                 containerd_root=str(self.containerd.root),
                 kubelet_healthz_url="http://127.0.0.1:1/healthz",
                 kubelet_timeout=0.5,
-                log_format="text",
-                log_level="warning",
                 node_name=NODE,
                 kubeconfig=kubeconfig,
                 api_initial_jitter=0.0,
@@ -336,12 +335,10 @@ class Scenario:
         )
         controller = make_controller_app(
             ControllerSettings(
-                listen_host="127.0.0.1",
-                listen_port=0,
+                listen=("127.0.0.1", 0),
                 kubeconfig=kubeconfig,
                 wave_label=WAVE_LABEL,
                 wave_gap=120.0,
-                log_level="warning",
             ),
             registry=CollectorRegistry(),
             extensions=[
@@ -351,7 +348,7 @@ class Scenario:
                         token=HOOK_TOKEN,
                     )
                 ),
-                executor_extension(HookSettings(dry_run=True)),
+                executor_extension(ExecutorSettings(dry_run=True)),
             ],
         )
         runner, self.agent_port = await _serve(agent)

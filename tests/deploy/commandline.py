@@ -6,7 +6,7 @@ import argparse
 import re
 
 from exporter.cli import get_parser
-from exporter.controller.webhook_settings import TOKEN_ENV
+from exporter.controller.settings import TOKEN_ENV
 from tests.deploy.manifests import Obj, env
 
 #: Values for the variables a pod gets from elsewhere (the downward API, a Secret).

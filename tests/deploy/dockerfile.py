@@ -218,11 +218,16 @@ class DockerIgnore:
 
 
 def context_files(root: Path, ignore: DockerIgnore, sources: list[str]) -> list[Path]:
-    """The files of ``sources`` (paths relative to ``root``) that reach the build context."""
+    """The files of ``sources`` (paths relative to ``root``) that reach the build context;
+    a symbolic link is one entry (Docker copies links as links)."""
     files: list[Path] = []
     for source in sources:
         path = root / source
-        found = [p for p in sorted(path.rglob("*")) if p.is_file()] if path.is_dir() else [path]
+        found = (
+            [p for p in sorted(path.rglob("*")) if p.is_symlink() or p.is_file()]
+            if path.is_dir()
+            else [path]
+        )
         files += [p for p in found if not ignore.excluded(p.relative_to(root).as_posix())]
     return files
 

@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.kyaml import unfold
-from tests.rules.yamlsubset import loads, resolve
+from exporter.yamlfile import loads_all
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -67,8 +66,7 @@ def kubectl() -> str:
 
 
 def split_documents(text: str) -> list[Obj]:
-    documents = re.split(r"(?m)^---[ \t]*\n", text)
-    return [resolve(loads(unfold(doc))) for doc in documents if doc.strip()]
+    return loads_all(text, source="kubectl kustomize")
 
 
 def _kustomize(path: str) -> tuple[Obj, ...]:

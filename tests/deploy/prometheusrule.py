@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.rules.yamlsubset import loads
+from exporter.yamlfile import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "rules"
@@ -26,23 +26,14 @@ def rule_files(rules_dir: Path = RULES_DIR) -> list[Path]:
     return sorted(rules_dir.glob("*.yml"))
 
 
-def _strings(value: Any) -> Any:
-    """The parsed document with plain str (the parser's Plain scalars are str subclasses)."""
-    if isinstance(value, dict):
-        return {str(k): _strings(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strings(v) for v in value]
-    return str(value)
-
-
 def groups(rules_dir: Path = RULES_DIR) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     seen: dict[str, Path] = {}
     for path in rule_files(rules_dir):
-        document = loads(path.read_text(encoding="utf-8"))
+        document = load_file(path)
         if not isinstance(document, dict) or set(document) != {"groups"}:
             raise ValueError(f"{path}: expected a mapping with only 'groups'")
-        for group in _strings(document["groups"]):
+        for group in document["groups"]:
             name = group["name"]
             if name in seen:
                 raise ValueError(f"group {name!r} is in {seen[name].name} and {path.name}")

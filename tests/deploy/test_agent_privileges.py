@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from exporter.sim.containerd import LocalContainerd
+from nodesync_sim.containerd import LocalContainerd
 from tests.deploy.manifests import BASE, build, one
 
 pytestmark = pytest.mark.containerd

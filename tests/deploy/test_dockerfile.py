@@ -180,7 +180,10 @@ def test_the_build_context_builds_the_wheel_the_image_installs(
     for path in context_files(ROOT, ignore, _copy_sources(dockerfile)):
         target = source / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+        if path.is_symlink():
+            target.symlink_to(path.readlink())
+        else:
+            shutil.copy2(path, target)
     dist = tmp_path / "dist"
     result = subprocess.run(
         [
@@ -218,3 +221,12 @@ def test_the_build_context_builds_the_wheel_the_image_installs(
             assert stub in names, f"the wheel lacks {stub}"
             assert archive.read(stub) == (ROOT / stub).read_bytes()
         assert not [n for n in names if "__pycache__" in n or n.startswith("tests/")]
+        # The simulator's commands, and the files its demo loads, as package data.
+        assert "demo = nodesync_sim.commands:register_demo" in text.splitlines()
+        assert "sim = nodesync_sim.commands:register_sim" in text.splitlines()
+        shipped = {
+            "nodesync_sim/shipped/alertmanager.yml": ROOT / "deploy/alertmanager/alertmanager.yml",
+            **{f"nodesync_sim/shipped/rules/{p.name}": p for p in (ROOT / "rules").glob("*.yml")},
+        }
+        for name, original in shipped.items():
+            assert archive.read(name) == original.read_bytes(), name

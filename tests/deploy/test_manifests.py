@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from exporter.controller.webhook_settings import TOKEN_ENV
+from exporter.controller.settings import TOKEN_ENV
 from tests.deploy.commandline import parse_container
 from tests.deploy.manifests import (
     BASE,

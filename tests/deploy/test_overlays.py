@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from exporter.controller.hook_settings import HookSettings
+from exporter.controller.settings import ExecutorSettings
 from tests.deploy.manifests import (
     BASE,
     COMPONENTS,
@@ -96,7 +96,7 @@ def test_ha_pod_template_is_the_base_deployments_plus_leader_election() -> None:
 
 
 def test_ha_holds_exactly_the_default_leader_lease() -> None:
-    defaults = HookSettings()
+    defaults = ExecutorSettings()
     objects = build(OVERLAYS / "ha")
     role = one(objects, "Role", "nodesync-controller-leader-election")
     assert role["metadata"]["namespace"] == defaults.leader_elect_namespace

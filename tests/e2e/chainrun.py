@@ -1,4 +1,4 @@
-"""Running the local chain (exporter.sim.chain) in a test: start it from a scenario file, poll
+"""Running the local chain (nodesync_sim.chain) in a test: start it from a scenario file, poll
 conditions with deadlines, read the controller's metrics and the real containerd, and measure how
 long nodesync took from a node failing to its rollback starting."""
 
@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 
 from exporter.cri.client import CRIClient
-from exporter.sim.chain import CONTROLLER_USER, Chain
-from exporter.sim.containerd import missing_binaries as missing_containerd
-from exporter.sim.prometheus import missing_binaries as missing_prometheus
-from exporter.sim.scaleout import timeline
-from exporter.sim.scaleout.scenario import Scenario, load
+from nodesync_sim.chain import CONTROLLER_USER, Chain
+from nodesync_sim.containerd import missing_binaries as missing_containerd
+from nodesync_sim.prometheus import missing_binaries as missing_prometheus
+from nodesync_sim.scaleout import timeline
+from nodesync_sim.scaleout.scenario import Scenario, load
 from tests.metrics.exposition import series
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from exporter.model.cleanup import CleanupStatus
-from exporter.model.plan import CLEANUP_STATUS_ANNOTATION
-from exporter.sim.chain import AGENT_USER, SIM_USER, Chain
-from exporter.sim.scaleout import timeline
+from exporter.model.rollback import CLEANUP_STATUS_ANNOTATION
+from nodesync_sim.chain import AGENT_USER, SIM_USER, Chain
+from nodesync_sim.scaleout import timeline
 from tests.e2e.chainrun import (
     acceptance_budget,
     alert_for,

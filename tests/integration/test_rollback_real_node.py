@@ -22,15 +22,14 @@ from prometheus_client import CollectorRegistry
 from exporter.agent.app import make_app as make_agent_app
 from exporter.controller.app import make_app as make_controller_app
 from exporter.controller.executor import executor_extension
-from exporter.controller.hook_settings import HookSettings
-from exporter.controller.settings import ControllerSettings
+from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
 from exporter.controller.webhook import webhook_extension
-from exporter.controller.webhook_settings import WebhookSettings
 from exporter.cri.client import CRIClient
 from exporter.model.alerts import Alert
-from exporter.sim.apiserver.server import APIServer
-from exporter.sim.containerd import LocalContainerd
-from exporter.sim.runtime_pods import ContainerSpec, run_pod
+from exporter.settings.declare import changed
+from nodesync_sim.apiserver.server import APIServer
+from nodesync_sim.containerd import LocalContainerd
+from nodesync_sim.runtime_pods import ContainerSpec, run_pod
 from tests.agent.settings import agent_settings
 from tests.controller.alert_builders import body
 from tests.controller.conftest import eventually
@@ -125,14 +124,15 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
         )
         controller = await aiohttp_client(
             make_controller_app(
-                ControllerSettings(listen_host="127.0.0.1", listen_port=0, kubeconfig=kubeconfig),
+                ControllerSettings(listen=("127.0.0.1", 0), kubeconfig=kubeconfig),
                 registry=CollectorRegistry(),
                 extensions=[
                     webhook_extension(
                         WebhookSettings(journal_path=str(tmp_path / "journal.db"), token=TOKEN)
                     ),
                     executor_extension(
-                        HookSettings(
+                        changed(
+                            ExecutorSettings(),
                             delete_nodes=True,
                             api_qps=50,
                             api_burst=50,

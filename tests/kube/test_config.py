@@ -17,8 +17,8 @@ from exporter.kube.config import (
     token_configuration,
 )
 from exporter.kube.errors import Unauthorized
-from exporter.sim.apiserver import APIServer
-from exporter.sim.apiserver.server import kubeconfig_document
+from nodesync_sim.apiserver import APIServer
+from nodesync_sim.apiserver.server import kubeconfig_document
 
 
 async def test_kubeconfig_file_reaches_the_server(server: APIServer, tmp_path: Path) -> None:

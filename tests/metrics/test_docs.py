@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
+from tests.metrics.every_series import rich_agent_exposition
 from tests.metrics.promtool import check_metrics
-from tests.metrics.rich import rich_agent_exposition
 
 
 def test_agent_exposition_matches_the_doc() -> None:

@@ -5,9 +5,9 @@ import pytest
 from exporter.metrics.host import host_families
 from exporter.model.host import HostSnapshot
 from exporter.model.pressure import pressure
+from tests.metrics.every_series import GI, rich_host
 from tests.metrics.exposition import labels, render, samples, series
 from tests.metrics.promtool import check_metrics
-from tests.metrics.rich import GI, rich_host
 
 
 def test_host_values() -> None:

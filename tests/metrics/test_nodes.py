@@ -10,7 +10,7 @@ from exporter.metrics.selfmetrics import SourceStatus, build_info_family
 from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.kube import LeaseInfo, NodeCondition, NodeInfo, Taint
 from tests.controller.builders import T0, lease, node
-from tests.controller.rich import rich_controller_exposition, rich_view
+from tests.controller.every_series import rich_controller_exposition, rich_view
 from tests.metrics.exposition import labels, render, samples, series
 from tests.metrics.promtool import check_metrics
 

@@ -6,8 +6,8 @@ import pytest
 
 from exporter.metrics.pods import pods_family
 from exporter.model.phase import PodPhase, phase_counts
+from tests.metrics.every_series import rich_runtime
 from tests.metrics.exposition import labels, render, series
-from tests.metrics.rich import rich_runtime
 
 RUNTIME = {PodPhase.RUNNING: 3, PodPhase.UNKNOWN: 1}
 API = {"Running": 2, "Pending": 2, "Succeeded": 0, "Failed": 0, "Unknown": 0}

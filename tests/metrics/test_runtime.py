@@ -7,9 +7,9 @@ import pytest
 from exporter.metrics.runtime import runtime_families
 from exporter.model.runtime import RuntimeSnapshot
 from exporter.model.terminations import REASONS, LoopState
+from tests.metrics.every_series import rich_runtime
 from tests.metrics.exposition import labels, render, samples, series
 from tests.metrics.promtool import check_metrics
-from tests.metrics.rich import rich_runtime
 
 ALL_ZERO_TERMINATIONS = dict.fromkeys(REASONS, 0)
 

@@ -17,7 +17,7 @@ from exporter.model.cleanup import (
 )
 from exporter.model.drift import Drift, DriftItem, DriftKind, compute_drift
 from exporter.model.kube import PodInfo
-from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
+from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
 from exporter.model.runtime import RuntimeSnapshot, SandboxState
 from tests.model.builders import exited, running, sandbox
 

@@ -25,8 +25,8 @@ from exporter.model.guards import (
     wave_limit,
 )
 from exporter.model.kube import LeaseInfo, NodeCondition, NodeInfo, Taint
-from exporter.model.plan import Plan
 from exporter.model.planner import plan_alert
+from exporter.model.rollback import Plan
 from exporter.model.waves import WaveTracker
 from tests.controller.builders import T0, lease, node
 

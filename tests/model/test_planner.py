@@ -6,8 +6,8 @@ import pytest
 
 from exporter.model.alerts import Alert
 from exporter.model.clusterview import ClusterView, build_view
-from exporter.model.plan import Action, Plan, Refusal, Step, StepKind
 from exporter.model.planner import REASONS, plan_alert
+from exporter.model.rollback import Action, Plan, Refusal, Step, StepKind
 from tests.controller.builders import T0, lease, node
 
 WAVE_LABEL = "example.com/scale-out"

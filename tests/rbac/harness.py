@@ -27,22 +27,21 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app as make_agent_app
+from exporter.agent.settings import AgentSettings
 from exporter.controller.app import CLUSTER
 from exporter.controller.app import make_app as make_controller_app
 from exporter.controller.executor import executor_extension
-from exporter.controller.hook_settings import HookSettings
 from exporter.controller.journal import Journal
-from exporter.controller.settings import ControllerSettings
+from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
 from exporter.controller.webhook import JOURNAL, webhook_extension
-from exporter.controller.webhook_settings import WebhookSettings
 from exporter.model.cleanup import CleanupState, CleanupStatus
-from exporter.model.plan import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION, PlanState
-from exporter.settings import AgentSettings
-from exporter.sim.apiserver import APIServer
-from exporter.sim.apiserver.rbac import Permission, RBACAuthorizer, service_account
-from exporter.sim.apiserver.server import write_kubeconfig
-from exporter.sim.containerd import LocalContainerd
-from exporter.sim.runtime_pods import ContainerSpec, run_pod
+from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION, PlanState
+from exporter.settings.declare import build, changed
+from nodesync_sim.apiserver import APIServer
+from nodesync_sim.apiserver.rbac import Permission, RBACAuthorizer, service_account
+from nodesync_sim.apiserver.server import write_kubeconfig
+from nodesync_sim.containerd import LocalContainerd
+from nodesync_sim.runtime_pods import ContainerSpec, run_pod
 from tests.controller.alert_builders import alert, body
 from tests.deploy.commandline import parse_container
 from tests.deploy.manifests import (
@@ -96,13 +95,13 @@ def shipped_agent_settings() -> AgentSettings:
     args, _ = parse_container(
         container(one(list(_shipped()), "DaemonSet", "nodesync-agent"), "agent")
     )
-    return AgentSettings.from_args(args)
+    return build(AgentSettings, args)
 
 
-def shipped_hook_settings() -> HookSettings:
+def shipped_hook_settings() -> ExecutorSettings:
     spec = container(controller_workload(list(_shipped())), "controller")
     args, _ = parse_container(spec)
-    return HookSettings.from_args(args)
+    return build(ExecutorSettings, args)
 
 
 # ---------------------------------------------------------------- the cluster
@@ -246,8 +245,7 @@ async def agent(
     settings = replace(
         shipped_agent_settings(),
         cri_endpoint=containerd.endpoint,
-        listen_host="127.0.0.1",
-        listen_port=0,
+        listen=("127.0.0.1", 0),
         sync_period=0.2,
         kubelet_root_dir=str(kubelet_root),
         containerd_root=str(containerd.root),
@@ -337,20 +335,20 @@ async def controller(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Controll
     """The controller as the ha overlay with delete-nodes configures it: webhook, executor,
     leader election, deleting Nodes; short timeouts. Alertmanager posts the rollback alert of
     the node until the controller accepts it."""
-    hook = replace(
+    hook = changed(
         shipped_hook_settings(),
-        identity=IDENTITY,
+        leader_elect_identity=IDENTITY,
         eviction_timeout=2.0,
         cleanup_timeout=20.0,
     )
     assert hook.leader_elect
-    assert hook.delete_nodes
+    assert hook.policy.delete_nodes
     assert not hook.dry_run
     webhook = WebhookSettings(
         journal_path=str(tmp_path / "journal" / "journal.db"), token=WEBHOOK_TOKEN
     )
     settings = ControllerSettings(
-        listen_host="127.0.0.1", listen_port=0, kubeconfig=str(cluster.controller_kubeconfig)
+        listen=("127.0.0.1", 0), kubeconfig=str(cluster.controller_kubeconfig)
     )
     app = make_controller_app(
         settings,

@@ -9,8 +9,8 @@ import pytest
 from kubernetes.aio import client as aio_client
 from kubernetes.aio.client.exceptions import ApiException
 
-from exporter.sim.apiserver import APIServer
-from exporter.sim.apiserver.rbac import (
+from nodesync_sim.apiserver import APIServer
+from nodesync_sim.apiserver.rbac import (
     Permission,
     RBACAuthorizer,
     RBACError,

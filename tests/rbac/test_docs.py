@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from exporter.sim.apiserver.rbac import Permission
+from nodesync_sim.apiserver.rbac import Permission
 from tests.deploy.manifests import ROOT
 from tests.rbac.harness import AGENT, CONTROLLER, shipped_rbac
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from exporter.cri.client import CRIClient
-from exporter.sim.apiserver.rbac import Permission, RBACAuthorizer
-from exporter.sim.containerd import LocalContainerd
+from nodesync_sim.apiserver.rbac import Permission, RBACAuthorizer
+from nodesync_sim.containerd import LocalContainerd
 from tests.controller.executor_harness import Agent as StandInAgent
 from tests.deploy.manifests import one
 from tests.metrics.exposition import labels, series

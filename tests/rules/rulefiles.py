@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.rules.yamlsubset import loads
+from exporter.yamlfile import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "rules"
@@ -55,7 +55,7 @@ class Rule:
 
 
 def load(path: Path) -> Any:
-    return loads(path.read_text(encoding="utf-8"))
+    return load_file(path)
 
 
 def groups(path: Path) -> list[dict[str, Any]]:

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from exporter.model.runtime import ContainerState
-from exporter.sim.containerd import (
+from nodesync_sim.containerd import (
     IMAGE_REF,
     LocalContainerd,
     busybox_image_archive,
     cgroup_root_for,
     missing_binaries,
 )
-from exporter.sim.runtime_pods import ContainerSpec, run_pod, wait_for_state
+from nodesync_sim.runtime_pods import ContainerSpec, run_pod, wait_for_state
 
 
 def _proc_state(pid: int | None) -> str:

@@ -15,9 +15,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-import exporter.sim.prometheus as launcher
-from exporter.sim.prometheus import (
-    RESERVED_PORTS,
+import nodesync_sim.prometheus as launcher
+from nodesync_sim.process import RESERVED_PORTS
+from nodesync_sim.prometheus import (
     LocalAlertmanager,
     LocalPrometheus,
     LocalServiceError,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.sim.containerd import LocalContainerd, missing_binaries
+from nodesync_sim.containerd import LocalContainerd, missing_binaries
 
 
 @pytest.fixture

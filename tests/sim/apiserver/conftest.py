@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from exporter.sim.apiserver import ThreadedAPIServer
+from nodesync_sim.apiserver import ThreadedAPIServer
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes import client
 
-from exporter.sim.apiserver import ThreadedAPIServer
+from nodesync_sim.apiserver import ThreadedAPIServer
 
 
 def node(name: str, labels: dict[str, str] | None = None) -> client.V1Node:

@@ -10,7 +10,7 @@ import pytest
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import watch as aio_watch
 
-from exporter.sim.apiserver import APIServer
+from nodesync_sim.apiserver import APIServer
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from exporter.sim.apiserver import ThreadedAPIServer
+from nodesync_sim.apiserver import ThreadedAPIServer
 from tests.sim.apiserver.helpers import node
 
 

@@ -11,13 +11,14 @@ import pytest
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
-from exporter.settings import FlagAdder
-from exporter.sim.apiserver import cli
+from exporter.commandline import add_settings
+from nodesync_sim.apiserver import cli
+from nodesync_sim.settings import APIServerSettings
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    cli.add_arguments(FlagAdder(parser, {}))
+    add_settings(parser, {}, [APIServerSettings])
     return parser
 
 

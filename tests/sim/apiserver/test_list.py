@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from exporter.sim.apiserver import ThreadedAPIServer
+from nodesync_sim.apiserver import ThreadedAPIServer
 from tests.sim.apiserver.helpers import node, pod_body
 
 

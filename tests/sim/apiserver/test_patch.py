@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException, ConflictException
 
-from exporter.sim.apiserver.patch import (
+from nodesync_sim.apiserver.patch import (
     PatchError,
     apply_json_patch,
     apply_merge_patch,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sim.apiserver.errors import APIError
-from exporter.sim.apiserver.resources import NODES, PODS
-from exporter.sim.apiserver.selectors import (
+from nodesync_sim.apiserver.errors import APIError
+from nodesync_sim.apiserver.resources import NODES, PODS
+from nodesync_sim.apiserver.selectors import (
     label_selector_from_object,
     parse_field_selector,
     parse_label_selector,

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from exporter.sim.apiserver import ThreadedAPIServer
+from nodesync_sim.apiserver import ThreadedAPIServer
 from tests.sim.apiserver.helpers import node, pod_body, wait_for
 
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from exporter.kube.api import KubeAPI
-from exporter.sim.apiserver import APIServer, Store
-from exporter.sim.scaleout.audit import ShiftableClock, WriteAudit
-from exporter.sim.scaleout.scenario import parse
-from exporter.sim.scaleout.simulator import Simulator
+from nodesync_sim.apiserver import APIServer, Store
+from nodesync_sim.scaleout.audit import ShiftableClock, WriteAudit
+from nodesync_sim.scaleout.scenario import parse
+from nodesync_sim.scaleout.simulator import Simulator
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ import aiohttp
 import pytest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from exporter.sim.scaleout.agentview import with_node_label
+from nodesync_sim.scaleout.agentview import with_node_label
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
 from tests.sim.scaleout.support import doc, eventually, simulating

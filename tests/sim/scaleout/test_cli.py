@@ -16,8 +16,8 @@ from exporter.cli import get_parser
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.kube.resources import NODES
-from exporter.sim.apiserver import APIServer
-from exporter.sim.scaleout import cli as sim_wave
+from nodesync_sim.apiserver import APIServer
+from nodesync_sim.scaleout import cli as sim_wave
 from tests.metrics.exposition import series
 from tests.sim.scaleout.support import doc, eventually
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sim.scaleout.scenario import CONTROLLER_KEYS, FAULT_KINDS, TOP_KEYS, Timing
+from nodesync_sim.scaleout.scenario import CONTROLLER_KEYS, FAULT_KINDS, TOP_KEYS, Timing
 from tests.deploy.test_links import _check
 from tests.rules.rulefiles import markdown_anchors, markdown_table
 

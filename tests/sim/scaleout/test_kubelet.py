@@ -13,10 +13,10 @@ import pytest
 from exporter.kube.api import KubeAPI
 from exporter.kube.writer import KubeWriter
 from exporter.model.kube import LEASE_NAMESPACE
-from exporter.sim.apiserver import APIServer
-from exporter.sim.scaleout import timeline
-from exporter.sim.scaleout.scenario import parse
-from exporter.sim.scaleout.simulator import Simulator, SimulatorError
+from nodesync_sim.apiserver import APIServer
+from nodesync_sim.scaleout import timeline
+from nodesync_sim.scaleout.scenario import parse
+from nodesync_sim.scaleout.simulator import Simulator, SimulatorError
 from tests.sim.scaleout.support import FAST, Env, doc, eventually, simulating
 
 

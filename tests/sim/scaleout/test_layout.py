@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sim.scaleout.layout import OWNER_DAEMONSET, OWNER_REPLICASET, layout, share_count
-from exporter.sim.scaleout.scenario import parse
+from nodesync_sim.scaleout.layout import OWNER_DAEMONSET, OWNER_REPLICASET, layout, share_count
+from nodesync_sim.scaleout.scenario import parse
 
 SCENARIO = {
     "name": "layout",

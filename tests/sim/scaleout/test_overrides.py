@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sim.scaleout.overrides import (
+from exporter.yamlfile import loads
+from nodesync_sim.scaleout.overrides import (
     OverrideError,
     alertmanager_config,
     prometheus_duration,
     rewrite_rules,
 )
-from exporter.sim.scaleout.scenario import AlertmanagerSpec, RuleOverrides
-from exporter.sim.yamlsubset import loads, resolve
+from nodesync_sim.scaleout.scenario import AlertmanagerSpec, RuleOverrides
 from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, rule_files, run
 
 pytestmark = pytest.mark.prometheus
@@ -47,7 +47,7 @@ def test_rule_overrides_change_only_what_they_name(tmp_path: Path) -> None:
 
     shipped: dict[str, dict[str, object]] = {}
     for path in shipped_files:
-        for group in resolve(loads(path.read_text()))["groups"]:
+        for group in loads(path.read_text())["groups"]:
             for rule in group["rules"]:
                 shipped[str(rule.get("alert") or rule.get("record"))] = rule
     changed = _rules(written)
@@ -97,7 +97,7 @@ def test_the_alertmanager_copy_delivers_to_the_hook_with_its_timers(tmp_path: Pa
     result = run([binary("amtool"), "check-config", str(path)])
     assert result.returncode == 0, explain(result)
     document = json.loads(text)
-    shipped = resolve(loads(ALERTMANAGER_CONFIG.read_text()))
+    shipped = loads(ALERTMANAGER_CONFIG.read_text())
     [hook] = [r for r in document["receivers"] if r["name"] == "nodesync-hook"]
     [webhook] = hook["webhook_configs"]
     assert webhook["url"] == "http://127.0.0.1:1234/alerts"
@@ -122,3 +122,27 @@ def test_an_alertmanager_file_without_the_hook_is_an_error(tmp_path: Path) -> No
 @pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (3, "3s"), (0.5, "500ms"), (90, "90s")])
 def test_durations_are_written_as_prometheus_reads_them(seconds: float, text: str) -> None:
     assert prometheus_duration(seconds) == text
+
+
+def test_a_folded_annotation_in_a_rule_file_is_read_and_kept(tmp_path: Path) -> None:
+    """Any YAML a rule file may hold is read: here a folded block (``>``) annotation."""
+    source = tmp_path / "shipped" / "folded.yml"
+    source.parent.mkdir()
+    source.write_text(
+        "groups:\n"
+        "  - name: folded\n"
+        "    rules:\n"
+        "      - alert: Folded\n"
+        "        expr: vector(1)\n"
+        "        for: 10m\n"
+        "        annotations:\n"
+        "          summary: >\n"
+        "            a long summary\n"
+        "            over two lines\n"
+    )
+    (written,) = rewrite_rules([source], RuleOverrides(for_all=2.0), tmp_path / "out")
+    rule = _rules([written])["Folded"]
+    assert rule["annotations"] == {"summary": "a long summary over two lines\n"}
+    assert rule["for"] == "2s"
+    result = run([binary("promtool"), "check", "rules", str(written)])
+    assert result.returncode == 0, explain(result)

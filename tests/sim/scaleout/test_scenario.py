@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from exporter.sim.scaleout.scenario import (
+from nodesync_sim.scaleout.scenario import (
     CRASH_LOOP,
     LEASE_STOPS,
     ScenarioError,

@@ -1,0 +1,134 @@
+"""The agent's settings, each declared once (exporter.settings.declare)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.settings.declare import setting
+from exporter.settings.values import (
+    ADDRESS,
+    BOOLEAN,
+    DURATION,
+    NAME,
+    PATH,
+    POSITIVE_DURATION,
+    URL,
+    text,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    cri_endpoint: str = setting(
+        "--cri-endpoint",
+        "unix:///run/containerd/containerd.sock",
+        "CRI v1 endpoint of the container runtime",
+        text("ENDPOINT"),
+    )
+    listen: tuple[str, int] = setting(
+        "--web.listen-address",
+        "0.0.0.0:9617",
+        "address serving /metrics, /healthz and /readyz",
+        ADDRESS,
+        doc="address serving `/metrics`, `/healthz`, `/readyz`",
+    )
+    sync_period: float = setting(
+        "--sync-period",
+        "10s",
+        "how often the runtime, kubelet and host are read",
+        POSITIVE_DURATION,
+        doc="how often the runtime, kubelet and host are read (kubelet's own period)",
+    )
+    cri_timeout: float = setting(
+        "--cri-timeout",
+        "2s",
+        "deadline of every CRI call",
+        POSITIVE_DURATION,
+        doc="deadline of every CRI call; a frozen runtime fails the call after this",
+    )
+    kubelet_root_dir: str = setting(
+        "--kubelet-root-dir",
+        "/var/lib/kubelet",
+        "kubelet's root directory (pod directories, nodefs)",
+        PATH,
+        doc="kubelet's root: pod directories, and the filesystem kubelet calls nodefs",
+    )
+    containerd_root: str = setting(
+        "--containerd-root",
+        "/var/lib/containerd",
+        "containerd's root directory (imagefs)",
+        PATH,
+        doc="containerd's root: the filesystem kubelet calls imagefs",
+    )
+    kubelet_healthz_url: str = setting(
+        "--kubelet-healthz-url",
+        "http://127.0.0.1:10248/healthz",
+        "kubelet's healthz endpoint",
+        URL,
+        doc="kubelet's healthz endpoint; no answer means kubelet is down",
+    )
+    kubelet_timeout: float = setting(
+        "--kubelet-timeout",
+        "1s",
+        "deadline of the kubelet healthz probe",
+        POSITIVE_DURATION,
+    )
+    node_name: str = setting(
+        "--node-name",
+        "",
+        "this node's name in the API server (from the downward API); empty: no API view",
+        NAME,
+        env="NODE_NAME",
+        doc="this node's name in the API server (set it from the downward API); empty: the "
+        'agent runs without the API view and reports `nodesync_source_up{source="apiserver"} 0`',
+    )
+    kubeconfig: str = setting(
+        "--kubeconfig",
+        "",
+        "kubeconfig file for the API server; empty: in-cluster service account",
+        PATH,
+        doc="kubeconfig file for the API server; empty: the pod's service account (in-cluster)",
+    )
+    api_initial_jitter: float = setting(
+        "--api-initial-jitter",
+        "5s",
+        "random delay up to this before the first list, so joining nodes spread out",
+        DURATION,
+        doc="random delay, up to this, before the first list: 100+ nodes joining at once do "
+        "not list at the same instant",
+    )
+    drift_grace_period: float = setting(
+        "--drift-grace-period",
+        "60s",
+        "how long a difference between API, runtime and kubelet must last to count as drift",
+        DURATION,
+        doc="how long a difference between the API server, the runtime and kubelet's pod "
+        "directories must last before it counts as drift",
+    )
+    cleanup: bool = setting(
+        "--cleanup",
+        "true",
+        "answer the controller's cleanup requests (the Node annotation "
+        "nodesync.io/cleanup-request) by removing drift's orphans",
+        BOOLEAN,
+        doc="answer the controller's cleanup requests (Node annotation "
+        "`nodesync.io/cleanup-request`) by removing the node's orphan and stale sandboxes and "
+        "orphan containers, see [cleanup.md](cleanup.md); needs `patch` on the agent's own "
+        "Node. `--no-cleanup`: never remove anything, never write to the API server (the "
+        "former values `enabled` and `disabled` are still accepted)",
+    )
+    cleanup_call_timeout: float = setting(
+        "--cleanup-call-timeout",
+        "30s",
+        "deadline of each stop and remove call of a cleanup",
+        POSITIVE_DURATION,
+        doc="deadline of each stop and remove call a cleanup makes to the runtime",
+    )
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen[0]
+
+    @property
+    def listen_port(self) -> int:
+        return self.listen[1]

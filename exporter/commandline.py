@@ -1,0 +1,191 @@
+"""``nodesync``'s command line, derived from the settings' declarations (exporter.settings).
+
+Every declared setting becomes a flag whose default is its environment variable, else its
+declared default: command line over environment over default. A malformed value, on the
+command line or in the environment, stops the program with one line naming the flag or the
+variable. Booleans are ``--flag`` / ``--no-flag`` and also take ``--flag=true|false``. Former
+flag names (``aliases``) still work and are reported as deprecated. Abbreviated flags are
+refused: ``--web.listen-addres`` is an error, not a guess.
+
+A command is a subparser with its settings, the logging settings, ``--version``, and the
+function that runs it. The product's commands are added by exporter.cli; other packages add
+theirs through the ``nodesync.commands`` entry point group: each entry point names a function
+``register(commands, environ)`` that calls :func:`add_command`. Registering declares flags only;
+a command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib.metadata import entry_points
+from typing import Any, TypeAlias, TypeVar
+
+from exporter import __version__
+from exporter.logs import LogSettings
+from exporter.settings.declare import Setting, build, env_name, settings_of
+from exporter.settings.values import BOOLEAN
+
+T = TypeVar("T")
+
+COMMAND_GROUP = "nodesync.commands"
+
+CommandSet: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Run = Callable[[argparse.Namespace], int]
+Register = Callable[[CommandSet, Mapping[str, str]], None]
+
+#: Where parsed arguments keep the deprecation notices to log once logging is set up.
+DEPRECATED = "_nodesync_deprecated"
+
+
+class SettingAction(argparse.Action):
+    """Stores a setting's value; knows its declaration (for the docs) and its former names."""
+
+    def __init__(self, *args: Any, setting: Setting, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.setting = setting
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        _note_alias(self.setting, namespace, option_string)
+        setattr(namespace, self.dest, values)
+
+
+class BooleanAction(SettingAction):
+    """``--flag`` (true), ``--flag=false``/``--flag false``, ``--no-flag`` (false)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        _note_alias(self.setting, namespace, option_string)
+        if option_string is not None and option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"{option_string} takes no value")
+            setattr(namespace, self.dest, False)
+            return
+        setattr(namespace, self.dest, True if values is None else values)
+
+
+def _note_alias(setting: Setting, namespace: argparse.Namespace, option: str | None) -> None:
+    if option is None:
+        return
+    bare = "--" + option.removeprefix("--no-") if option.startswith("--no-") else option
+    if bare in setting.aliases:
+        notes = namespace.__dict__.setdefault(DEPRECATED, [])
+        notes.append(f"{option} is deprecated: use {setting.flag}")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows a boolean as ``--flag, --no-flag`` (no placeholder)."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if isinstance(action, BooleanAction):
+            return ", ".join(action.option_strings)
+        return super()._format_action_invocation(action)
+
+
+def _flags(setting: Setting) -> list[str]:
+    names = [setting.flag, *setting.aliases]
+    if setting.kind is BOOLEAN:
+        names += ["--no-" + n.removeprefix("--") for n in names]
+    return names
+
+
+def _environment_value(
+    setting: Setting, environ: Mapping[str, str], parser: argparse.ArgumentParser
+) -> Any:
+    """The default: the environment variable (or a former flag's), else the declared one."""
+    names = [setting.environment]
+    names += [n for n in map(env_name, setting.aliases) if not setting.env and n not in names]
+    name = next((n for n in names if n in environ), None)
+    if name is None:
+        return setting.value()
+    try:
+        return setting.kind(environ[name])
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        parser.error(f"environment variable {name}: {exc}")
+
+
+def add_settings(
+    parser: argparse.ArgumentParser, environ: Mapping[str, str], classes: Iterable[type[Any]]
+) -> None:
+    """Add a flag for every setting the classes declare. A setting shared by two classes (the
+    same declaration) is added once; two declarations of one flag are a bug."""
+    added: dict[str, Setting] = {}
+    for cls in classes:
+        for setting in settings_of(cls):
+            if setting.flag in added:
+                if added[setting.flag] is not setting:
+                    raise ValueError(f"{setting.flag} is declared twice")
+                continue
+            added[setting.flag] = setting
+            boolean = setting.kind is BOOLEAN
+            parser.add_argument(
+                *_flags(setting),
+                dest=setting.dest,
+                action=BooleanAction if boolean else SettingAction,
+                nargs="?" if boolean else None,
+                type=setting.kind,
+                default=_environment_value(setting, environ, parser),
+                metavar=setting.kind.metavar,
+                help=f"{setting.help} (env {setting.environment}, default {setting.default!r})",
+                setting=setting,
+            )
+
+
+def parse_settings(
+    cls: type[T], argv: Sequence[str], environ: Mapping[str, str], *, prog: str = "nodesync"
+) -> T:
+    """``cls`` from a command line and an environment, as a command would parse them."""
+    parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False, formatter_class=HelpFormatter)
+    add_settings(parser, environ, [cls])
+    return build(cls, parser.parse_args(argv))
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"nodesync {__version__}")
+
+
+def add_command(
+    commands: CommandSet,
+    name: str,
+    environ: Mapping[str, str],
+    *,
+    run: Run,
+    help: str,
+    description: str,
+    settings: Sequence[type[Any]] = (),
+) -> argparse.ArgumentParser:
+    """Add the command ``name`` with the flags of ``settings``, the logging settings and
+    ``--version``; ``run(args)`` runs it."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=help,
+        description=description,
+        allow_abbrev=False,
+        formatter_class=HelpFormatter,
+    )
+    parser.set_defaults(run=run)
+    add_version(parser)
+    add_settings(parser, environ, [*settings, LogSettings])
+    return parser
+
+
+def registered_commands() -> list[Register]:
+    """The ``register`` functions of the installed packages' commands, by entry point name."""
+    found = sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name)
+    return [e.load() for e in found]
+
+
+def deprecations(args: argparse.Namespace) -> list[str]:
+    """The deprecated flags the command line used, one notice each."""
+    return list(getattr(args, DEPRECATED, ()))

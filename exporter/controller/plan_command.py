@@ -1,0 +1,251 @@
+"""``nodesync plan``: what the rollback hook would do with a webhook payload, against the live
+cluster, without changing anything.
+
+It reads an Alertmanager webhook payload (a file, or ``-`` for stdin), lists the Nodes and node
+Leases once (reads only), and runs each alert through the planner and the guards in the order of
+the payload, as the controller would with a fresh budget (the journal's earlier rollbacks are not
+counted; waves are judged from the nodes that exist now, so a wave that lost nodes counts fewer
+and its cap is smaller). It prints the plan or the refusal per alert, and the blast-radius budget
+those plans would use; ``--output json`` prints the same as one JSON document.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from exporter.controller.settings import PlanSettings
+from exporter.kube.api import KubeAPI
+from exporter.kube.config import ConfigError, load_configuration
+from exporter.kube.convert import ConversionError, lease_info, node_info
+from exporter.kube.errors import KubeError
+from exporter.kube.resources import LEASES, NODES
+from exporter.model.alerts import Alert, WebhookPayload
+from exporter.model.clusterview import ClusterView, build_view
+from exporter.model.decision import PLAN, REFUSED, WAITS, Decision
+from exporter.model.decision import decide as decide_alert
+from exporter.model.guards import (
+    Budget,
+    CorrelatedFailure,
+    GuardPolicy,
+    GuardState,
+    budget,
+    correlated_failure,
+)
+from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
+from exporter.model.payload import PayloadError, parse_payload
+from exporter.model.rollback import Plan, StepKind
+
+# API writes a step makes when it has something to do, besides its Event (a drain also evicts
+# each pod on the node, which only the live list at execution time tells).
+_STEP_WRITES = {
+    StepKind.CORDON: 1,
+    StepKind.TAINT: 1,
+    StepKind.DRAIN: 0,
+    StepKind.EVICT_POD: 1,
+    StepKind.CLEANUP_RUNTIME: 1,
+    StepKind.VERIFY: 0,
+    StepKind.DELETE_NODE: 1,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    decisions: tuple[Decision, ...]
+    budget: Budget
+    correlated: CorrelatedFailure
+    policy: GuardPolicy
+
+    @property
+    def delete_nodes(self) -> bool:
+        return self.policy.delete_nodes
+
+    @property
+    def api_writes(self) -> int:
+        """At most this many API writes for the planned steps and their Events (drains add one
+        per evicted pod; a step with nothing to do writes only its Event)."""
+        return sum(
+            _STEP_WRITES[s.kind] + 1
+            for d in self.decisions
+            if isinstance(d.outcome, Plan)
+            for s in d.outcome.steps
+        )
+
+
+def decide(alerts: Iterable[Alert], view: ClusterView, policy: GuardPolicy, now: float) -> Report:
+    """The planner and the guards over the alerts, in order, from a fresh budget (pure)."""
+    state = GuardState()
+    decisions = []
+    for i, alert in enumerate(alerts):
+        decision = decide_alert(alert, view, state, policy, now)
+        if decision.plan is not None:
+            state.accept(f"alert-{i}", decision.plan, now, running=False)
+        decisions.append(decision)
+    return Report(
+        decisions=tuple(decisions),
+        budget=budget(view, state, policy, now),
+        correlated=correlated_failure(view, policy, now),
+        policy=policy,
+    )
+
+
+# ---------------------------------------------------------------- output
+
+
+def _alert_json(d: Decision) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "fingerprint": d.alert.fingerprint,
+        "alertname": d.alert.labels.get("alertname", ""),
+        "status": d.alert.status,
+        "node": d.alert.node,
+        "action": d.alert.action,
+        "decision": d.verdict,
+    }
+    if isinstance(d.outcome, Plan):
+        out["wave"] = d.outcome.wave
+        out["steps"] = [
+            {"kind": s.kind.value, "node": s.node, "namespace": s.namespace, "pod": s.pod}
+            for s in d.outcome.steps
+        ]
+    else:
+        out["reason"] = d.outcome.reason
+        out["detail"] = d.outcome.detail
+    return out
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    b = report.budget
+    return {
+        "alerts": [_alert_json(d) for d in report.decisions],
+        "budget": {
+            "absolute": {
+                "limit": b.absolute_limit,
+                "used": b.absolute_used,
+                "remaining": b.absolute_remaining,
+                "window_seconds": report.policy.max_rollbacks_window,
+            },
+            "waves": [
+                {
+                    "wave": w.wave,
+                    "size": w.size,
+                    "limit": w.limit,
+                    "used": w.used,
+                    "remaining": w.remaining,
+                }
+                for w in b.waves
+            ],
+        },
+        "correlated_failure": {
+            "established_nodes": report.correlated.established,
+            "failing": report.correlated.failing,
+            "paused": report.correlated.paused,
+        },
+        "delete_nodes": report.delete_nodes,
+        "api_writes": report.api_writes,
+    }
+
+
+def write_text(report: Report, out: TextIO) -> None:
+    counts = {k: sum(1 for d in report.decisions if d.verdict == k) for k in (PLAN, REFUSED, WAITS)}
+    out.write(
+        f"{len(report.decisions)} alerts: {counts[PLAN]} planned, {counts[REFUSED]} refused, "
+        f"{counts[WAITS]} would wait. Nothing was changed.\n\n"
+    )
+    for d in report.decisions:
+        name = d.alert.labels.get("alertname", "") or "(no alertname)"
+        where = d.alert.node or "(no node)"
+        out.write(f"{name} {d.alert.fingerprint} on {where}: ")
+        if isinstance(d.outcome, Plan):
+            out.write(f"{d.outcome.action.value} (wave {d.outcome.wave})\n")
+            for n, step in enumerate(d.outcome.steps, 1):
+                target = f" {step.namespace}/{step.pod}" if step.pod else ""
+                out.write(f"  {n}. {step.kind.value} {step.node}{target}\n")
+        else:
+            verb = "would wait" if d.verdict == WAITS else "refused"
+            out.write(f"{verb}: {d.outcome.reason}: {d.outcome.detail}\n")
+    b = report.budget
+    out.write(
+        f"\nBudget: {b.absolute_used} of {b.absolute_limit} node rollbacks within "
+        f"{report.policy.max_rollbacks_window:g} s ({b.absolute_remaining} left)\n"
+    )
+    for w in b.waves:
+        out.write(
+            f"  wave {w.wave}: {w.used} of {w.limit} ({report.policy.max_rollback_fraction:g} "
+            f"of {w.size} nodes), {w.remaining} left\n"
+        )
+    out.write(
+        f"API writes: up to {report.api_writes} for these steps and their Events, plus one per "
+        "pod a drain evicts\n"
+    )
+    c = report.correlated
+    state = "PAUSED" if c.paused else "not paused"
+    out.write(
+        f"Correlated failure: {c.failing} of {c.established} established nodes failing: {state}\n"
+    )
+
+
+# ---------------------------------------------------------------- run
+
+
+def read_payload(path: str, stdin: TextIO) -> WebhookPayload:
+    """Raises PayloadError (or OSError for an unreadable file)."""
+    text = stdin.read() if path == "-" else Path(path).read_text()
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise PayloadError(f"malformed JSON: {exc}") from None
+    return parse_payload(body)
+
+
+async def read_cluster(
+    api: KubeAPI, *, wave_label: str | None, wave_gap: float, now: float
+) -> ClusterView:
+    nodes: list[NodeInfo] = []
+    for raw in (await api.list(NODES)).items:
+        try:
+            nodes.append(node_info(raw))
+        except ConversionError:
+            continue
+    leases: list[LeaseInfo] = []
+    for raw in (await api.list(LEASES, namespace=LEASE_NAMESPACE)).items:
+        try:
+            leases.append(lease_info(raw))
+        except ConversionError:
+            continue
+    return build_view(nodes, leases, wave_label=wave_label, gap_seconds=wave_gap, now=now)
+
+
+async def run(settings: PlanSettings) -> int:
+    """0 when every alert was judged; 2 for a bad payload or configuration; 1 when the API
+    server could not be read."""
+    try:
+        payload = read_payload(settings.payload, sys.stdin)
+    except (PayloadError, OSError) as exc:
+        print(f"nodesync plan: cannot read the payload: {exc}", file=sys.stderr)
+        return 2
+    try:
+        configuration = await load_configuration(settings.kubeconfig)
+    except ConfigError as exc:
+        print(f"nodesync plan: cannot configure the API client: {exc}", file=sys.stderr)
+        return 2
+    now = time.time()
+    try:
+        async with KubeAPI(configuration) as api:
+            view = await read_cluster(
+                api, wave_label=settings.wave_label or None, wave_gap=settings.wave_gap, now=now
+            )
+    except KubeError as exc:
+        print(f"nodesync plan: cannot read the cluster: {exc}", file=sys.stderr)
+        return 1
+    report = decide(payload.alerts, view, settings.policy, now)
+    if settings.output == "json":
+        json.dump(report_json(report), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        write_text(report, sys.stdout)
+    return 0

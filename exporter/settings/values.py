@@ -1,0 +1,167 @@
+"""The kinds of values settings take, each a parser with the placeholder ``--help`` shows.
+
+Neutral: the command line, the simulator's scenario files and tests parse values with these.
+A malformed value raises ``argparse.ArgumentTypeError`` with a message that says what is
+wrong and what would be right; argparse prints it after the flag's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+# Prometheus' units (a year is 365 days, as in Prometheus).
+_UNIT_SECONDS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 7 * 86400.0,
+    "y": 365 * 86400.0,
+}
+_TRUE = frozenset({"true", "1", "yes", "on", "enabled"})
+_FALSE = frozenset({"false", "0", "no", "off", "disabled", ""})
+
+
+def _invalid(message: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(message)
+
+
+def parse_duration(text: str) -> float:
+    """A duration in Prometheus' notation (``10s``, ``500ms``, ``1m30s``, ``7d``, ``2w``), or
+    plain seconds (``2.5``); in seconds."""
+    value = text.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pos = 0
+        seconds = 0.0
+        for match in _DURATION.finditer(value):
+            if match.start() != pos:
+                break
+            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if pos != len(value) or not value:
+            raise _invalid(f"invalid duration {text!r}: use e.g. 10s, 500ms, 1m30s, 7d") from None
+    if not math.isfinite(seconds):
+        raise _invalid(f"invalid duration {text!r}: must be finite")
+    if seconds < 0:
+        raise _invalid(f"invalid duration {text!r}: must not be negative")
+    return seconds
+
+
+def positive_duration(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise _invalid(f"invalid duration {text!r}: must be positive")
+    return seconds
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:port`` for IPv6, ``:port`` for all interfaces)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise _invalid(f"invalid listen address {text!r}: use host:port")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def boolean(text: str) -> bool:
+    """``true``/``false`` (also 1/0, yes/no, on/off, enabled/disabled; any case)."""
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise _invalid(f"invalid boolean {text!r}: use true or false")
+
+
+def fraction(text: str) -> float:
+    """A number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise _invalid(f"invalid fraction {text!r}: use e.g. 0.1") from None
+    if not 0.0 <= value <= 1.0:
+        raise _invalid(f"invalid fraction {text!r}: must be from 0 to 1")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number, zero or more."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise _invalid(f"invalid number {text!r}: use a whole number, e.g. 10") from None
+    if value < 0:
+        raise _invalid(f"invalid number {text!r}: must not be negative")
+    return value
+
+
+def positive_count(text: str) -> int:
+    """A whole number, one or more."""
+    value = count(text)
+    if value < 1:
+        raise _invalid(f"invalid number {text!r}: must be at least 1")
+    return value
+
+
+def positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise _invalid(f"invalid number {text!r}: use e.g. 5") from None
+    if not value > 0 or value == float("inf"):
+        raise _invalid(f"invalid number {text!r}: must be positive")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Kind(Generic[T]):
+    """A kind of value: its parser, and the placeholder ``--help`` shows for it."""
+
+    metavar: str
+    parse: Callable[[str], T]
+
+    def __call__(self, text: str) -> T:
+        return self.parse(text)
+
+
+def text(metavar: str) -> Kind[str]:
+    """Any text, shown as ``metavar`` (PATH, URL, NAME ...)."""
+    return Kind(metavar, str)
+
+
+def choice(*values: str) -> Kind[str]:
+    """One of ``values``."""
+
+    def parse(text: str) -> str:
+        if text not in values:
+            raise _invalid(f"invalid choice {text!r}: use one of {', '.join(values)}")
+        return text
+
+    return Kind("{" + ",".join(values) + "}", parse)
+
+
+TEXT = text("TEXT")
+PATH = text("PATH")
+URL = text("URL")
+NAME = text("NAME")
+DURATION = Kind("DURATION", parse_duration)
+POSITIVE_DURATION = Kind("DURATION", positive_duration)
+ADDRESS = Kind("HOST:PORT", listen_address)
+BOOLEAN = Kind("BOOL", boolean)
+FRACTION = Kind("FRACTION", fraction)
+COUNT = Kind("N", count)
+POSITIVE_COUNT = Kind("N", positive_count)
+POSITIVE_NUMBER = Kind("NUMBER", positive_number)
+
+AnyKind = Kind[Any]

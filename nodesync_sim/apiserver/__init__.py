@@ -1,0 +1,25 @@
+"""A test Kubernetes API server speaking the real REST + watch protocol on loopback.
+
+It serves Namespaces, Nodes, Pods (with status and eviction), Leases, core/v1 Events and
+PodDisruptionBudgets from memory, with the behaviour clients rely on: resourceVersions,
+watches with bookmarks and 410 Expired, selectors, continue tokens, 409 conflicts, graceful
+deletion, PDB-checked eviction, Status error bodies, bearer-token auth, and fault injection.
+Nothing in the product imports this package; tests and the demo do.
+
+Simplifications (each documented where it lives):
+- No managedFields, no server-side apply, no admission, no field validation beyond names;
+  pod specs are not made immutable.
+- Graceful pod deletion: a scheduled pod gets deletionTimestamp and stays Terminating until a
+  grace-0 delete or until the grace period passes (a timer in the server plays the kubelet).
+  Unscheduled or finished pods are deleted at once.
+- Namespace deletion removes its objects at once (no Terminating phase).
+- PDB status is not maintained; eviction computes the budget from the current pods
+  (see `disruption`). Controller scale is not modelled.
+- events.k8s.io/v1, aggregated discovery, protobuf and YAML bodies are not served.
+- A list with limit and resourceVersion="0" is paginated (the real watch cache may ignore limit).
+"""
+
+from nodesync_sim.apiserver.server import APIServer, ThreadedAPIServer, write_kubeconfig
+from nodesync_sim.apiserver.store import Store
+
+__all__ = ["APIServer", "Store", "ThreadedAPIServer", "write_kubeconfig"]

@@ -1,0 +1,192 @@
+"""Agent metrics for the simulated nodes, made by the agent's own code.
+
+Each simulated node gets the agent's sync (:class:`exporter.agent.sync.AgentSync`) over
+simulated sources: the node's :class:`~nodesync_sim.scaleout.runtime.SimRuntime` as the
+runtime, its kubelet (healthy while it talks to the API server; a pod directory per pod it
+runs), a host with plenty of memory, disk and pids, and the pods the API server binds to the node
+(the shared pod watch). The agent's mapping (:func:`exporter.agent.exposition.agent_families`:
+pod phases from both sources, the API server's per-pod problems, container terminations and
+loops, drift, source status) turns that into the same families a real agent exports. All nodes
+are served on one port, every series with a ``node`` label (scrape it with
+``honor_labels: true``), for as long as the node's Node object exists (a deleted node's agent
+pod goes away with it).
+
+What is not there: CRI request metrics (no CRI calls are made), resource usage and image
+filesystem sizes (nothing runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
+
+from exporter import __version__
+from exporter.agent.exposition import agent_families
+from exporter.agent.sync import AgentSync
+from exporter.metrics.collector import SnapshotCollector
+from exporter.metrics.cri_requests import SyncMetrics
+from exporter.metrics.selfmetrics import build_info_family, start_family
+from exporter.model.host import FilesystemStat, HostSnapshot, KubeletSnapshot
+from exporter.model.runtime import RuntimeSnapshot
+from nodesync_sim.scaleout.pods import NodeAPIView
+from nodesync_sim.scaleout.runtime import SimRuntime
+
+log = logging.getLogger(__name__)
+
+NODE_LABEL = "node"
+_GIB = 1024**3
+
+
+def simulated_host(now: float) -> HostSnapshot:
+    """A roomy host: no eviction threshold is near."""
+    return HostSnapshot(
+        taken_at=now,
+        memory_total_bytes=16 * _GIB,
+        memory_available_bytes=12 * _GIB,
+        filesystems=(
+            FilesystemStat(
+                "nodefs", "/var/lib/kubelet", 100 * _GIB, 60 * _GIB, 6_000_000, 5_000_000
+            ),
+            FilesystemStat(
+                "imagefs", "/var/lib/containerd", 100 * _GIB, 60 * _GIB, 6_000_000, 5_000_000
+            ),
+        ),
+        pids_in_use=400,
+        pid_max=4_194_304,
+    )
+
+
+class _Runtime:
+    def __init__(self, runtime: SimRuntime, clock: Callable[[], float]) -> None:
+        self._runtime = runtime
+        self._clock = clock
+
+    async def read(self) -> RuntimeSnapshot:
+        return self._runtime.snapshot(self._clock())
+
+
+class _Kubelet:
+    def __init__(
+        self, runtime: SimRuntime, alive: Callable[[], bool], clock: Callable[[], float]
+    ) -> None:
+        self._runtime = runtime
+        self._alive = alive
+        self._clock = clock
+
+    async def read(self) -> KubeletSnapshot:
+        healthy = self._alive()
+        return KubeletSnapshot(
+            taken_at=self._clock(),
+            healthy=healthy,
+            pod_uids=self._runtime.pod_uids(),
+            pod_dir_readable=True,
+            error="" if healthy else "kubelet is not responding",
+        )
+
+
+class NodeAgent:
+    """The agent of one simulated node."""
+
+    def __init__(
+        self,
+        node: str,
+        runtime: SimRuntime,
+        view: NodeAPIView,
+        *,
+        kubelet_alive: Callable[[], bool],
+        drift_grace_seconds: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node = node
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.started_at = clock()
+        self.sync = AgentSync(
+            _Runtime(runtime, clock),
+            _Kubelet(runtime, kubelet_alive, clock),
+            lambda: simulated_host(clock()),
+            SyncMetrics(self.registry),
+            api=view,
+            drift_grace_seconds=drift_grace_seconds,
+            clock=clock,
+        )
+        self._static = [build_info_family(__version__), start_family(self.started_at)]
+
+    def families(self) -> list[Metric]:
+        return [*self._static, *agent_families(self.sync.state), *self.registry.collect()]
+
+
+def with_node_label(per_node: Mapping[str, Iterable[Metric]]) -> list[Metric]:
+    """One family per name (an exposition may name a family once), each sample labelled with
+    its node."""
+    merged: dict[str, Metric] = {}
+    for node, families in per_node.items():
+        for family in families:
+            target = merged.get(family.name)
+            if target is None:
+                target = Metric(family.name, family.documentation, family.type, family.unit)
+                merged[family.name] = target
+            for s in family.samples:
+                labels = {**s.labels, NODE_LABEL: node}
+                target.samples.append(Sample(s.name, labels, s.value, s.timestamp, s.exemplar))
+    return list(merged.values())
+
+
+class AgentMetrics:
+    """The agents of every simulated node, synced every ``period`` and served together."""
+
+    def __init__(self, period: float, exists: Callable[[str], bool]) -> None:
+        self.period = period
+        self._exists = exists
+        self.agents: dict[str, NodeAgent] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(self.families))
+        self.cycles = 0
+
+    def add(self, agent: NodeAgent) -> None:
+        self.agents[agent.node] = agent
+
+    def families(self) -> list[Metric]:
+        served = {
+            node: agent.families()
+            for node, agent in sorted(self.agents.items())
+            if agent.sync.state.synced and self._exists(node)
+        }
+        return with_node_label(served)
+
+    async def sync_once(self) -> None:
+        for agent in list(self.agents.values()):
+            try:
+                await agent.sync.sync_once()
+            except Exception:  # one node's bug must not stop the others' metrics
+                log.exception("simulated agent of %s: sync failed", agent.node)
+        self.cycles += 1
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            await self.sync_once()
+            next_at = max(next_at + self.period, loop.time())
+            await asyncio.sleep(next_at - loop.time())
+
+    def app(self) -> web.Application:
+        app = web.Application()
+
+        async def metrics(request: web.Request) -> web.Response:
+            encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+            return web.Response(body=encode(self.registry), headers={"Content-Type": content_type})
+
+        async def healthz(request: web.Request) -> web.Response:
+            return web.json_response({"status": "ok", "nodes": len(self.agents)})
+
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        return app

@@ -1,0 +1,575 @@
+"""Scenario files: which nodes exist, which join in which wave, what goes wrong, and how fast.
+
+A scenario is a JSON object (see docs/simulator.md for every key). Times are seconds from the
+scenario's start, when the simulator begins its waves. Parsing is strict: an unknown key, a value
+of the wrong type or out of range, a fault naming a node that does not exist, raises
+:class:`ScenarioError` naming the file and the key path (``waves[0].faults[1].share: ...``), so
+a typo never silently changes a rehearsal.
+
+Rule, Prometheus, Alertmanager and controller settings in a scenario are applied by the local
+chain (nodesync_sim.chain) to copies of the shipped files; the simulator itself only uses the
+nodes, waves, faults and timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from exporter.controller.settings import WAVE_GAP, ExecutorSettings
+from exporter.settings.declare import settings_of
+from exporter.settings.values import parse_duration
+
+NEVER_READY: Final = "never_ready"
+LEASE_STOPS: Final = "lease_stops"
+PODS_PENDING: Final = "pods_pending"
+CRASH_LOOP: Final = "crash_loop"
+OOM_LOOP: Final = "oom_loop"
+CRI_TIMEOUTS: Final = "cri_timeouts"
+
+FAULT_KINDS: Final = (NEVER_READY, LEASE_STOPS, PODS_PENDING, CRASH_LOOP, OOM_LOOP, CRI_TIMEOUTS)
+#: Faults that touch pods: meaningless on the real node, whose containers are real.
+POD_FAULTS: Final = frozenset({PODS_PENDING, CRASH_LOOP, OOM_LOOP})
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+T = TypeVar("T")
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file and the key."""
+
+
+# ---------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    """One fault as written: on ``nodes`` by name, or on a ``share`` of its group's simulated
+    nodes (none of the two: the real node's own faults). Active from ``at_seconds`` for
+    ``for_seconds`` (None: until the end)."""
+
+    kind: str
+    at_seconds: float = 0.0
+    for_seconds: float | None = None
+    share: float | None = None
+    nodes: tuple[str, ...] = ()
+    pods: int = 1  # crash_loop, oom_loop: how many of the node's app pods loop
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """How fast the simulated kubelets and control plane act. Defaults are Kubernetes' own
+    (kubelet: Lease every 10 s, 40 s Lease duration; kube-controller-manager: 50 s grace)."""
+
+    lease_renew_seconds: float = 10.0
+    lease_duration_seconds: int = 40
+    status_update_seconds: float = 10.0
+    ready_after_seconds: float = 5.0
+    node_monitor_grace_seconds: float | None = 50.0  # None: no node lifecycle controller
+    pod_sync_seconds: float = 1.0
+    pod_start_seconds: float = 1.0
+    pod_stop_seconds: float = 2.0
+    pod_grace_seconds: int = 30
+    crash_backoff_seconds: float = 10.0
+    crash_backoff_max_seconds: float = 300.0
+    agent_sync_seconds: float = 10.0
+    drift_grace_seconds: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class OldNodes:
+    count: int = 0
+    age_seconds: float = 7200.0
+    prefix: str = "old"
+    pods_per_node: int = 0
+    daemonset_pods_per_node: int = 0
+    faults: tuple[FaultSpec, ...] = ()
+
+    def node_names(self) -> list[str]:
+        return [f"{self.prefix}-{i:03d}" for i in range(self.count)]
+
+
+@dataclass(frozen=True, slots=True)
+class WaveSpec:
+    name: str
+    count: int
+    start_seconds: float = 0.0
+    join_spread_seconds: float = 0.0
+    pods_per_node: int = 0
+    daemonset_pods_per_node: int = 0
+    faults: tuple[FaultSpec, ...] = ()
+
+    def node_names(self) -> list[str]:
+        return [f"{self.name}-{i:03d}" for i in range(self.count)]
+
+
+@dataclass(frozen=True, slots=True)
+class RealNodeSpec:
+    """The node whose runtime is real (a private containerd and a real agent); the simulator
+    plays only its kubelet's API side. It joins ``wave`` right after the wave's last node."""
+
+    name: str
+    wave: str
+    orphan_sandboxes: int = 0
+    faults: tuple[FaultSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSpec:
+    scrape_interval: float = 1.0
+    evaluation_interval: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RuleOverrides:
+    """``thresholds``: constant name (without ``nodesync:``) -> value. ``for_all`` /
+    ``keep_firing_for_all``: one duration for every alert; ``for_alert`` /
+    ``keep_firing_for_alert``: per alert name (wins over the one for all). None: as shipped."""
+
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    for_all: float | None = None
+    for_alert: Mapping[str, float] = field(default_factory=dict)
+    keep_firing_for_all: float | None = None
+    keep_firing_for_alert: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AlertmanagerSpec:
+    """Timers of the route to nodesync's hook; None: as shipped."""
+
+    group_wait: float | None = None
+    group_interval: float | None = None
+    repeat_interval: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str = ""
+    seed: int = 0
+    namespace: str = "default"
+    wave_label: str | None = None
+    timing: Timing = field(default_factory=Timing)
+    old_nodes: OldNodes = field(default_factory=OldNodes)
+    waves: tuple[WaveSpec, ...] = ()
+    real_node: RealNodeSpec | None = None
+    prometheus: PrometheusSpec = field(default_factory=PrometheusSpec)
+    rules: RuleOverrides = field(default_factory=RuleOverrides)
+    alertmanager: AlertmanagerSpec = field(default_factory=AlertmanagerSpec)
+    #: Setting (destination name) -> value, already typed (see CONTROLLER_KEYS).
+    controller: Mapping[str, Any] = field(default_factory=dict)
+
+    def wave(self, name: str) -> WaveSpec:
+        return next(w for w in self.waves if w.name == name)
+
+
+# ---------------------------------------------------------------- reading
+
+
+class _At:
+    """A JSON value and where it is (for messages)."""
+
+    def __init__(self, value: Any, path: str, source: str) -> None:
+        self.value = value
+        self.path = path
+        self.source = source
+
+    def error(self, message: str) -> ScenarioError:
+        where = f"{self.path}: " if self.path else ""
+        return ScenarioError(f"{self.source}: {where}{message}")
+
+    def child(self, key: str | int) -> _At:
+        value = self.value[key]
+        if isinstance(key, int):
+            return _At(value, f"{self.path}[{key}]", self.source)
+        return _At(value, f"{self.path}.{key}" if self.path else key, self.source)
+
+    def obj(self, known: tuple[str, ...], required: tuple[str, ...] = ()) -> dict[str, _At]:
+        if not isinstance(self.value, dict):
+            raise self.error(f"must be an object, not {_kind(self.value)}")
+        unknown = sorted(set(self.value) - set(known))
+        if unknown:
+            raise self.error(f"unknown key {unknown[0]!r} (known: {', '.join(known)})")
+        missing = [k for k in required if k not in self.value]
+        if missing:
+            raise self.error(f"missing key {missing[0]!r}")
+        return {key: self.child(key) for key in self.value}
+
+    def items(self) -> list[_At]:
+        if not isinstance(self.value, list):
+            raise self.error(f"must be a list, not {_kind(self.value)}")
+        return [self.child(i) for i in range(len(self.value))]
+
+    def string(self, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
+        if not isinstance(self.value, str):
+            raise self.error(f"must be a string, not {_kind(self.value)}")
+        if pattern is not None and (not pattern.match(self.value) or len(self.value) > 63):
+            raise self.error(f"{self.value!r} is not {what}")
+        return self.value
+
+    def number(self, *, minimum: float = 0.0, positive: bool = False) -> float:
+        value = self.value
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            raise self.error(f"must be a number, not {_kind(value)}")
+        if positive and value <= 0:
+            raise self.error(f"must be positive, not {value!r}")
+        if value < minimum:
+            raise self.error(f"must be at least {minimum:g}, not {value!r}")
+        return float(value)
+
+    def integer(self, *, minimum: int = 0) -> int:
+        value = self.value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(f"must be a whole number, not {_kind(value)}")
+        if value < minimum:
+            raise self.error(f"must be at least {minimum}, not {value}")
+        return value
+
+    def duration(self, *, positive: bool = False) -> float:
+        """A Prometheus-style duration string (``3s``, ``500ms``, ``1m``) or seconds."""
+        if isinstance(self.value, str):
+            try:
+                seconds = parse_duration(self.value)
+            except argparse.ArgumentTypeError as exc:
+                raise self.error(str(exc)) from None
+        else:
+            seconds = self.number()
+        if positive and seconds <= 0:
+            raise self.error(f"must be a positive duration, not {self.value!r}")
+        return seconds
+
+    def parsed(self, convert: Callable[[str], T]) -> T:
+        text = self.value if isinstance(self.value, str) else json.dumps(self.value)
+        try:
+            return convert(text)
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise self.error(str(exc)) from None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _optional(at: _At | None, read: Callable[[_At], T], default: T) -> T:
+    if at is None or at.value is None:
+        return default
+    return read(at)
+
+
+_FAULT_KEYS = ("kind", "at_seconds", "for_seconds", "share", "nodes", "pods")
+
+
+def _fault(at: _At, *, group_nodes: list[str] | None, pods_per_node: int) -> FaultSpec:
+    """``group_nodes`` None: a fault of the real node (no target keys allowed)."""
+    keys = at.obj(_FAULT_KEYS, required=("kind",))
+    kind = keys["kind"].string()
+    if kind not in FAULT_KINDS:
+        raise keys["kind"].error(f"unknown fault {kind!r} (known: {', '.join(FAULT_KINDS)})")
+    share = _optional(keys.get("share"), lambda a: a.number(positive=True), None)
+    if share is not None and share > 1:
+        raise keys["share"].error(f"must be a share from 0 to 1, not {share!r}")
+    nodes: tuple[str, ...] = ()
+    if "nodes" in keys:
+        nodes = tuple(item.string() for item in keys["nodes"].items())
+    if group_nodes is None:
+        if share is not None or nodes:
+            raise at.error("the real node's faults apply to it: no 'share' or 'nodes'")
+        if kind in POD_FAULTS:
+            raise keys["kind"].error(
+                f"{kind} is for simulated nodes only: the real node's containers are real"
+            )
+    else:
+        if (share is None) == (not nodes):
+            raise at.error("give exactly one of 'share' (of the group's nodes) or 'nodes'")
+        for index, name in enumerate(nodes):
+            if name not in group_nodes:
+                raise (
+                    keys["nodes"]
+                    .child(index)
+                    .error(f"no node {name!r} in this group (its nodes: {_names(group_nodes)})")
+                )
+    pods = _optional(keys.get("pods"), lambda a: a.integer(minimum=1), 1)
+    if kind in (CRASH_LOOP, OOM_LOOP, PODS_PENDING) and pods_per_node < 1:
+        raise at.error(f"{kind} needs pods: set pods_per_node of this group")
+    if kind in (CRASH_LOOP, OOM_LOOP) and pods > pods_per_node:
+        raise keys["pods"].error(f"only {pods_per_node} app pods per node in this group")
+    return FaultSpec(
+        kind=kind,
+        at_seconds=_optional(keys.get("at_seconds"), lambda a: a.number(), 0.0),
+        for_seconds=_optional(keys.get("for_seconds"), lambda a: a.number(positive=True), None),
+        share=share,
+        nodes=nodes,
+        pods=pods,
+    )
+
+
+def _names(names: list[str]) -> str:
+    if len(names) <= 4:
+        return ", ".join(names) or "none"
+    return f"{names[0]} ... {names[-1]}"
+
+
+def _faults(at: _At | None, group_nodes: list[str] | None, pods: int) -> tuple[FaultSpec, ...]:
+    if at is None:
+        return ()
+    return tuple(_fault(item, group_nodes=group_nodes, pods_per_node=pods) for item in at.items())
+
+
+_TIMING_FIELDS: dict[str, Callable[[_At], Any]] = {
+    "lease_renew_seconds": lambda a: a.number(positive=True),
+    "lease_duration_seconds": lambda a: a.integer(minimum=1),
+    "status_update_seconds": lambda a: a.number(positive=True),
+    "ready_after_seconds": lambda a: a.number(),
+    "node_monitor_grace_seconds": lambda a: _optional(a, lambda b: b.number(positive=True), None),
+    "pod_sync_seconds": lambda a: a.number(positive=True),
+    "pod_start_seconds": lambda a: a.number(),
+    "pod_stop_seconds": lambda a: a.number(),
+    "pod_grace_seconds": lambda a: a.integer(minimum=0),
+    "crash_backoff_seconds": lambda a: a.number(positive=True),
+    "crash_backoff_max_seconds": lambda a: a.number(positive=True),
+    "agent_sync_seconds": lambda a: a.number(positive=True),
+    "drift_grace_seconds": lambda a: a.number(),
+}
+
+
+def _timing(at: _At | None) -> Timing:
+    if at is None:
+        return Timing()
+    keys = at.obj(tuple(_TIMING_FIELDS))
+    timing = Timing(**{name: _TIMING_FIELDS[name](value) for name, value in keys.items()})
+    grace = timing.node_monitor_grace_seconds
+    if grace is not None and grace <= timing.lease_renew_seconds:
+        raise at.error(
+            f"node_monitor_grace_seconds ({grace:g}) must exceed lease_renew_seconds "
+            f"({timing.lease_renew_seconds:g}), or every healthy node would flap"
+        )
+    if timing.crash_backoff_max_seconds < timing.crash_backoff_seconds:
+        raise at.error("crash_backoff_max_seconds must be at least crash_backoff_seconds")
+    return timing
+
+
+def _old_nodes(at: _At | None) -> OldNodes:
+    if at is None:
+        return OldNodes()
+    known = ("count", "age_seconds", "prefix", "pods_per_node", "daemonset_pods_per_node")
+    keys = at.obj((*known, "faults"))
+    prefix = _optional(keys.get("prefix"), lambda a: a.string(_DNS_LABEL, "a DNS label"), "old")
+    how_many = _optional(keys.get("count"), lambda a: a.integer(), 0)
+    pods = _optional(keys.get("pods_per_node"), lambda a: a.integer(), 0)
+    names = [f"{prefix}-{i:03d}" for i in range(how_many)]
+    return OldNodes(
+        count=how_many,
+        age_seconds=_optional(keys.get("age_seconds"), lambda a: a.number(), 7200.0),
+        prefix=prefix,
+        pods_per_node=pods,
+        daemonset_pods_per_node=_optional(
+            keys.get("daemonset_pods_per_node"), lambda a: a.integer(), 0
+        ),
+        faults=_faults(keys.get("faults"), names, pods),
+    )
+
+
+_WAVE_KEYS = (
+    "name",
+    "count",
+    "start_seconds",
+    "join_spread_seconds",
+    "pods_per_node",
+    "daemonset_pods_per_node",
+    "faults",
+)
+
+
+def _wave(at: _At) -> WaveSpec:
+    keys = at.obj(_WAVE_KEYS, required=("name", "count"))
+    name = keys["name"].string(_DNS_LABEL, "a DNS label (lower case, digits, '-')")
+    how_many = keys["count"].integer()
+    pods = _optional(keys.get("pods_per_node"), lambda a: a.integer(), 0)
+    names = [f"{name}-{i:03d}" for i in range(how_many)]
+    return WaveSpec(
+        name=name,
+        count=how_many,
+        start_seconds=_optional(keys.get("start_seconds"), lambda a: a.number(), 0.0),
+        join_spread_seconds=_optional(keys.get("join_spread_seconds"), lambda a: a.number(), 0.0),
+        pods_per_node=pods,
+        daemonset_pods_per_node=_optional(
+            keys.get("daemonset_pods_per_node"), lambda a: a.integer(), 0
+        ),
+        faults=_faults(keys.get("faults"), names, pods),
+    )
+
+
+def _real_node(at: _At | None, waves: tuple[WaveSpec, ...]) -> RealNodeSpec | None:
+    if at is None or at.value is None:
+        return None
+    keys = at.obj(("name", "wave", "orphan_sandboxes", "faults"), required=("name", "wave"))
+    wave = keys["wave"].string()
+    if wave not in {w.name for w in waves}:
+        raise keys["wave"].error(f"no wave named {wave!r}")
+    return RealNodeSpec(
+        name=keys["name"].string(_SUBDOMAIN, "a node name (lower case DNS name)"),
+        wave=wave,
+        orphan_sandboxes=_optional(keys.get("orphan_sandboxes"), lambda a: a.integer(), 0),
+        faults=_faults(keys.get("faults"), None, 0),
+    )
+
+
+def _prometheus(at: _At | None) -> PrometheusSpec:
+    if at is None:
+        return PrometheusSpec()
+    keys = at.obj(("scrape_interval", "evaluation_interval"))
+    return PrometheusSpec(
+        scrape_interval=_optional(
+            keys.get("scrape_interval"), lambda a: a.duration(positive=True), 1.0
+        ),
+        evaluation_interval=_optional(
+            keys.get("evaluation_interval"), lambda a: a.duration(positive=True), 1.0
+        ),
+    )
+
+
+def _per_alert(at: _At | None) -> tuple[float | None, dict[str, float]]:
+    """A duration for every alert, or an object alert name -> duration."""
+    if at is None or at.value is None:
+        return None, {}
+    if isinstance(at.value, dict):
+        keys = at.obj(tuple(at.value))
+        return None, {name: value.duration() for name, value in keys.items()}
+    return at.duration(), {}
+
+
+def _rules(at: _At | None) -> RuleOverrides:
+    if at is None:
+        return RuleOverrides()
+    keys = at.obj(("thresholds", "for", "keep_firing_for"))
+    thresholds: dict[str, float] = {}
+    if "thresholds" in keys:
+        listed = keys["thresholds"]
+        for name, value in listed.obj(tuple(listed.value or {})).items():
+            if name.startswith("nodesync:"):
+                raise value.error("name the constant without the 'nodesync:' prefix")
+            thresholds[name] = value.number()
+    for_all, for_alert = _per_alert(keys.get("for"))
+    keep_all, keep_alert = _per_alert(keys.get("keep_firing_for"))
+    return RuleOverrides(thresholds, for_all, for_alert, keep_all, keep_alert)
+
+
+def _alertmanager(at: _At | None) -> AlertmanagerSpec:
+    if at is None:
+        return AlertmanagerSpec()
+    keys = at.obj(("group_wait", "group_interval", "repeat_interval"))
+
+    def read(name: str, positive: bool) -> float | None:
+        return _optional(keys.get(name), lambda a: a.duration(positive=positive), None)
+
+    return AlertmanagerSpec(
+        group_wait=read("group_wait", False),
+        group_interval=read("group_interval", True),
+        repeat_interval=read("repeat_interval", True),
+    )
+
+
+#: Controller settings a scenario may set, by destination name (``dry_run``, ``max_rollbacks``
+#: ...), parsed as their flags are: the executor's and its policy's, and the wave gap. Leader
+#: election is the chain's own business.
+CONTROLLER_KEYS: Final[dict[str, Callable[[str], Any]]] = {
+    s.dest: s.kind
+    for s in (*settings_of(ExecutorSettings), WAVE_GAP)
+    if not s.dest.startswith("leader_elect")
+}
+
+
+def _controller(at: _At | None) -> dict[str, Any]:
+    if at is None:
+        return {}
+    keys = at.obj(tuple(CONTROLLER_KEYS))
+    return {name: value.parsed(CONTROLLER_KEYS[name]) for name, value in keys.items()}
+
+
+TOP_KEYS = (
+    "name",
+    "description",
+    "seed",
+    "namespace",
+    "wave_label",
+    "timing",
+    "old_nodes",
+    "waves",
+    "real_node",
+    "prometheus",
+    "rules",
+    "alertmanager",
+    "controller",
+)
+
+
+def parse(document: Any, source: str = "scenario") -> Scenario:
+    """A scenario from its JSON document; ScenarioError names ``source`` and the key."""
+    top = _At(document, "", source)
+    keys = top.obj(TOP_KEYS, required=("name",))
+    waves = tuple(_wave(item) for item in keys["waves"].items()) if "waves" in keys else ()
+    seen_waves: set[str] = set()
+    for index, wave in enumerate(waves):
+        if wave.name in seen_waves:
+            raise keys["waves"].child(index).error(f"a second wave named {wave.name!r}")
+        seen_waves.add(wave.name)
+    scenario = Scenario(
+        name=keys["name"].string(),
+        description=_optional(keys.get("description"), lambda a: a.string(), ""),
+        seed=_optional(keys.get("seed"), lambda a: a.integer(), 0),
+        namespace=_optional(
+            keys.get("namespace"), lambda a: a.string(_DNS_LABEL, "a namespace name"), "default"
+        ),
+        wave_label=_optional(keys.get("wave_label"), lambda a: a.string(), None),
+        timing=_timing(keys.get("timing")),
+        old_nodes=_old_nodes(keys.get("old_nodes")),
+        waves=waves,
+        real_node=_real_node(keys.get("real_node"), waves),
+        prometheus=_prometheus(keys.get("prometheus")),
+        rules=_rules(keys.get("rules")),
+        alertmanager=_alertmanager(keys.get("alertmanager")),
+        controller=_controller(keys.get("controller")),
+    )
+    names = [*scenario.old_nodes.node_names(), *(n for w in waves for n in w.node_names())]
+    if scenario.real_node is not None:
+        names.append(scenario.real_node.name)
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise top.error(f"node name {duplicates[0]!r} is used twice (prefixes and wave names)")
+    if not names:
+        raise top.error("no nodes: give old_nodes, waves or a real_node")
+    return scenario
+
+
+def loads(text: str, source: str = "scenario") -> Scenario:
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ScenarioError(f"{source}: not JSON: {exc}") from None
+    return parse(document, source)
+
+
+def load(path: str | Path) -> Scenario:
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    return loads(text, str(file))

@@ -1,0 +1,248 @@
+"""The simulator: a scenario's nodes, joining the API server on schedule.
+
+    simulator = Simulator(scenario, api, backdate=...)   # api: exporter.kube.api.KubeAPI
+    await simulator.start()          # watches; old nodes registered; agent metrics syncing
+    port = await simulator.serve_metrics()
+    simulator.start_waves()          # scenario time 0: the waves join, faults run on time
+    ...
+    await simulator.stop()
+
+Old nodes exist before the scenario starts; their Node objects should be ``age_seconds`` old,
+which only an API server whose clock the caller controls can do: ``backdate(seconds)`` is a
+context manager during which the server's clock reads that much earlier (the in-process test API
+server with a shiftable clock, see nodesync_sim.chain). Without it, a scenario with old nodes of
+a non-zero age is refused (:class:`SimulatorError`): nodes created now would be new nodes to the
+rules and the hook, and the rehearsal would be wrong.
+
+The real node (if the scenario has one) gets a kubelet like the others, whose pods run in
+``real_runtime`` (a real containerd, given by the caller); it gets no simulated agent (a real
+agent watches it). ``on_fault(node, kind, active)`` is awaited when any node's fault starts or
+ends (the chain freezes the real containerd for ``cri_timeouts``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager
+from typing import Any
+
+from aiohttp import web
+
+from exporter.kube.api import KubeAPI
+from exporter.kube.convert import lease_info, node_info
+from exporter.kube.errors import KubeError
+from exporter.kube.informer import Informer
+from exporter.kube.resources import LEASES, NODES, PODS
+from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
+from nodesync_sim.scaleout.agentview import AgentMetrics, NodeAgent
+from nodesync_sim.scaleout.client import KubeletClient
+from nodesync_sim.scaleout.kubelet import FaultHook, PodRuntime, SimPodRuntime, SimulatedKubelet
+from nodesync_sim.scaleout.layout import Layout, NodePlan, layout
+from nodesync_sim.scaleout.lifecycle import NodeLifecycle
+from nodesync_sim.scaleout.pods import BoundPod, NodeAPIView, PodIndex, bound_pod
+from nodesync_sim.scaleout.runtime import SimRuntime
+from nodesync_sim.scaleout.scenario import Scenario
+from nodesync_sim.scaleout.timeline import ScenarioClock, Timeline
+
+log = logging.getLogger(__name__)
+
+Backdate = Callable[[float], AbstractContextManager[None]]
+
+_REGISTER_RETRY = 1.0
+
+
+class SimulatorError(RuntimeError):
+    """The simulator cannot run this scenario against this API server."""
+
+
+class Simulator:
+    def __init__(
+        self,
+        scenario: Scenario,
+        api: KubeAPI,
+        *,
+        backdate: Backdate | None = None,
+        real_runtime: PodRuntime | None = None,
+        on_fault: FaultHook | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.scenario = scenario
+        self.layout: Layout = layout(scenario)
+        self.api = api
+        self._backdate = backdate
+        self.clock = ScenarioClock(clock)
+        self.timeline = Timeline(clock)
+        self._client = KubeletClient(api)
+        self.pods: Informer[BoundPod] = Informer(api, PODS, bound_pod, name="sim pods")
+        self.nodes: Informer[NodeInfo] = Informer(api, NODES, node_info, name="sim nodes")
+        self.leases: Informer[LeaseInfo] = Informer(
+            api, LEASES, lease_info, namespace=LEASE_NAMESPACE, name="sim leases"
+        )
+        self.index = PodIndex(self.pods)
+        timing = scenario.timing
+        self.metrics = AgentMetrics(timing.agent_sync_seconds, exists=self._node_exists)
+        self.runtimes: dict[str, SimRuntime] = {}
+        self.kubelets: dict[str, SimulatedKubelet] = {}
+        for index, plan in enumerate(self.layout.nodes):
+            if plan.role == "real":
+                if real_runtime is None:
+                    raise SimulatorError(
+                        f"the scenario's real node {plan.name} needs a real runtime "
+                        "(run it in the local chain, nodesync_sim.chain)"
+                    )
+                runtime: PodRuntime = real_runtime
+                sim_runtime = None
+            else:
+                sim_runtime = self.runtimes[plan.name] = SimRuntime()
+                runtime = SimPodRuntime(sim_runtime, clock)
+            self.kubelets[plan.name] = SimulatedKubelet(
+                plan,
+                index=index,
+                client=self._client,
+                pods=self.index,
+                runtime=runtime,
+                timing=timing,
+                clock=self.clock,
+                timeline=self.timeline,
+                on_fault=on_fault,
+                sim_runtime=sim_runtime,
+            )
+        grace = timing.node_monitor_grace_seconds
+        self.lifecycle = (
+            NodeLifecycle(
+                self.layout.names,
+                self._client,
+                self.nodes,
+                self.leases,
+                grace_seconds=grace,
+                clock=self.clock,
+                timeline=self.timeline,
+            )
+            if grace is not None
+            else None
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self.joined = asyncio.Event()  # every node of the scenario has registered
+
+    def _node_exists(self, name: str) -> bool:
+        return name in self.nodes.store
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(_report)
+        self._tasks.append(task)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, *, sync_timeout: float = 30.0) -> None:
+        """Watch pods, Nodes and Leases; register the old nodes; start syncing agent metrics."""
+        old = self.layout.of_role("old")
+        if self._backdate is None and any(plan.age_seconds > 0 for plan in old):
+            raise SimulatorError(
+                "the scenario's old nodes must have been created "
+                f"{old[0].age_seconds:g} s ago, which needs an API server whose clock the "
+                "simulator can set (the in-process test API server); set old_nodes.age_seconds "
+                "to 0 to create them now"
+            )
+        for informer in (self.pods, self.nodes, self.leases):
+            self._spawn(informer.run(), f"informer {informer.name}")
+        async with asyncio.timeout(sync_timeout):
+            for informer in (self.pods, self.nodes, self.leases):
+                await informer.wait_synced()
+        for plan in old:
+            await self._register(plan)
+        self._spawn(self.metrics.run(), "sim agent metrics")
+        if self.lifecycle is not None:
+            self._spawn(self.lifecycle.run(), "sim node lifecycle")
+
+    def start_waves(self) -> None:
+        """Scenario time starts now: the waves join on schedule, faults start on time."""
+        if self.clock.started_at is not None:
+            raise SimulatorError("the waves have started already")
+        self.clock.start()
+        self._spawn(self._waves(), "sim waves")
+
+    async def _waves(self) -> None:
+        joining = sorted(
+            (p for p in self.layout.nodes if p.role != "old"), key=lambda p: (p.join_at, p.name)
+        )
+        for plan in joining:
+            delay = self.clock.at(plan.join_at) - self.clock.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self._register(plan)
+        self.joined.set()
+
+    async def _register(self, plan: NodePlan) -> None:
+        kubelet = self.kubelets[plan.name]
+        while True:
+            try:
+                if plan.age_seconds > 0 and self._backdate is not None:
+                    with self._backdate(plan.age_seconds):
+                        await kubelet.register(created_ago=plan.age_seconds)
+                else:
+                    await kubelet.register()
+                break
+            except KubeError as exc:
+                log.warning("simulated node %s cannot register yet: %s", plan.name, exc)
+                await asyncio.sleep(_REGISTER_RETRY)
+        runtime = self.runtimes.get(plan.name)
+        if runtime is not None:
+            self.metrics.add(
+                NodeAgent(
+                    plan.name,
+                    runtime,
+                    NodeAPIView(self.index, plan.name),
+                    kubelet_alive=lambda: kubelet.alive(self.clock.now()),
+                    drift_grace_seconds=self.scenario.timing.drift_grace_seconds,
+                    clock=self.clock.now,
+                )
+            )
+        self._spawn(kubelet.run(), f"sim kubelet {plan.name}")
+
+    async def serve_metrics(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Serve the simulated agents' metrics; the port."""
+        if self._runner is not None:
+            raise SimulatorError("the metrics are served already")
+        runner = web.AppRunner(self.metrics.app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        return int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Stop every simulated kubelet, agent and watch; what they created stays in the API
+        server (a stopped kubelet does not delete its Node)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Simulator:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        return
+    with contextlib.suppress(asyncio.CancelledError):
+        exc = task.exception()
+        if exc is not None:
+            log.error("simulator task %s failed", task.get_name(), exc_info=exc)

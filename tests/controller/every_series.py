@@ -1,0 +1,108 @@
+"""A synthetic cluster with something in every controller series, for rendering all controller
+families at once (docs check, promtool)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from exporter.controller.executor import REFUSAL_REASONS
+from exporter.controller.exposition import SOURCE_APISERVER, controller_families
+from exporter.metrics.collector import SnapshotCollector
+from exporter.metrics.kube_requests import KubeRequestMetrics
+from exporter.metrics.rollback import RollbackMetrics, RollbackStatus
+from exporter.metrics.selfmetrics import SourceStatus, build_info_family
+from exporter.model.clusterview import ClusterView, build_view
+from exporter.model.kube import NodeCondition, Taint
+from tests.controller.builders import T0, lease, node
+from tests.controller.webhook_every_series import rich_webhook
+from tests.metrics.exposition import render
+
+WAVE_LABEL = "example.com/scale-out"
+
+
+def rich_view() -> ClusterView:
+    conditions = (
+        NodeCondition("Ready", "False", "KubeletNotReady", last_transition=T0 + 40),
+        NodeCondition("MemoryPressure", "False", last_transition=T0 + 10),
+        NodeCondition("DiskPressure", "True", last_transition=T0 + 20),
+        NodeCondition("PIDPressure", "Unknown", last_transition=T0 + 30),
+        NodeCondition("NetworkUnavailable", "False", last_transition=T0 + 5),
+    )
+    nodes = [
+        node(
+            "cp-1",
+            T0 - 86_400,
+            labels={"node-role.kubernetes.io/control-plane": "", "nodesync.io/protected": "true"},
+            conditions=(NodeCondition("Ready", "True", last_transition=T0 - 86_000),),
+        ),
+        node(
+            "worker-1",
+            T0,
+            unschedulable=True,
+            conditions=conditions,
+            taints=(
+                Taint("node.kubernetes.io/not-ready", "NoExecute"),
+                Taint("node.kubernetes.io/unschedulable", "NoSchedule"),
+                Taint("nodesync.io/rollback", "NoSchedule"),
+            ),
+        ),
+        node(
+            "worker-2",
+            T0 + 30,
+            taints=(Taint("ToBeDeletedByClusterAutoscaler", "NoSchedule", "1796000600"),),
+        ),
+        node("batch-1", T0 + 50, labels={WAVE_LABEL: "batch-7"}),
+    ]
+    leases = [lease("cp-1", T0 + 55), lease("worker-1", T0 + 20), lease("worker-2", T0 + 58)]
+    return build_view(nodes, leases, wave_label=WAVE_LABEL, gap_seconds=120, now=T0 + 60)
+
+
+def rich_kube_requests(registry: CollectorRegistry) -> None:
+    """What the controller's two watches report, with one of everything."""
+    metrics = KubeRequestMetrics(registry)
+    for resource in ("nodes", "leases"):
+        metrics.observe_request(resource, "list", 0.012, "200")
+        metrics.observe_request(resource, "watch", 0.003, "200")
+        metrics.observe_watch_event(resource, "ADDED")
+        metrics.observe_watch_event(resource, "BOOKMARK")
+    metrics.observe_request("nodes", "watch", 0.002, "500")
+    metrics.observe_request("leases", "list", 10.0, "unreachable")
+    metrics.observe_relist("nodes")
+    metrics.observe_skipped_object("leases")
+
+
+def rich_rollback(registry: CollectorRegistry) -> None:
+    """What the rollback executor adds to /metrics, with something in every series."""
+    metrics = RollbackMetrics(REFUSAL_REASONS)
+    metrics.action("cordon", "done")
+    metrics.action("drain", "failed")
+    metrics.refusal("blast_radius_fraction")
+    status = RollbackStatus(
+        plans_in_progress=3,
+        leader=True,
+        paused=True,
+        budget_absolute=7,
+        budget_wave_fraction=1,
+        api_write_tokens=4.5,
+    )
+    registry.register(SnapshotCollector(lambda: metrics.families(status)))
+
+
+def rich_controller_exposition(*, with_kube_requests: bool = True, with_hook: bool = True) -> str:
+    """Everything the controller's /metrics serves: the families built from the view and, unless
+    told otherwise, the API client's instruments and the rollback hook's (webhook, journal,
+    executor)."""
+    registry = CollectorRegistry()
+    if with_kube_requests:
+        rich_kube_requests(registry)
+    if with_hook:
+        rich_webhook(registry)
+        rich_rollback(registry)
+    return render(
+        controller_families(
+            rich_view(),
+            {SOURCE_APISERVER: SourceStatus(up=True, last_success_timestamp=T0 + 59)},
+            build_info_family("0.0.0-test"),
+        ),
+        registry,
+    )

@@ -1,0 +1,167 @@
+"""``nodesync plan`` against the test API server with the real client: the plan per alert and the
+budget, as text and as JSON, from a file or stdin, and never a write."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from exporter.commandline import parse_settings
+from exporter.controller.plan_command import run
+from exporter.controller.settings import PlanSettings
+from nodesync_sim.apiserver import APIServer, write_kubeconfig
+from nodesync_sim.apiserver.store import Store
+from tests.controller.alert_builders import alert, body
+from tests.controller.executor_harness import STARTED, Clock, lease_object, node_object
+
+DAY = 86_400.0
+
+
+CLOCK = Clock()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[APIServer]:
+    async with APIServer(store=Store(clock=CLOCK)) as srv:
+        yield srv
+
+
+def add_node(server: APIServer, name: str, *, age: float = 120, ready: str = "False") -> None:
+    """Created ``age`` seconds ago (by the server's clock), NotReady for the last minute unless
+    ``ready``, its Lease renewed 3 s ago."""
+    now = time.time()
+    clock = CLOCK
+    clock.offset = -age
+    server.store.create("nodes", node_object(name, ready=ready, since=now - min(age, 60)))
+    clock.offset = 0.0
+    server.store.create("leases", lease_object(name, now - 3), namespace="kube-node-lease")
+
+
+def parse(argv: list[str], environ: Mapping[str, str] | None = None) -> PlanSettings:
+    return parse_settings(PlanSettings, argv, environ or {}, prog="nodesync plan")
+
+
+def payload_file(tmp_path: Path, nodes: list[str]) -> Path:
+    alerts = [alert(f"{i + 1:016x}", node=n, starts_at=STARTED) for i, n in enumerate(nodes)]
+    path = tmp_path / "payload.json"
+    path.write_text(json.dumps(body(*alerts)))
+    return path
+
+
+async def test_thirty_alerts_in_text(
+    server: APIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(100):
+        add_node(server, f"new-{i:03}")
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    payload = payload_file(tmp_path, [f"new-{i:03}" for i in range(30)])
+    args = parse(["--payload", str(payload), "--kubeconfig", str(kubeconfig)])
+    assert await run(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("30 alerts: 10 planned, 20 refused, 0 would wait. Nothing was changed.")
+    assert out.count("rollback_node (wave ") == 10
+    assert out.count("refused: blast_radius_fraction") == 20
+    assert "  1. cordon new-000\n  2. taint new-000\n  3. drain new-000\n" in out
+    assert "delete_node" not in out
+    assert "Budget: 10 of 10 node rollbacks within 3600 s (0 left)" in out
+    assert ": 10 of 10 (0.1 of 100 nodes), 0 left" in out
+    assert "API writes: up to 80 for these steps and their Events" in out  # 10 x (3 + 5)
+    assert "Correlated failure: 0 of 0 established nodes failing: not paused" in out
+    assert server.counters.writes() == 0
+    assert server.counters.count(verb="list") == 2
+
+
+async def test_json_from_stdin(
+    server: APIServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    add_node(server, "new-1")
+    add_node(server, "cp-1")
+    server.store.patch(
+        "nodes", "cp-1", {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}
+    )
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    text = payload_file(tmp_path, ["new-1", "cp-1", "nowhere"]).read_text()
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    environ = {"NODESYNC_DELETE_NODES": "true", "NODESYNC_MAX_ROLLBACK_FRACTION": "1"}
+    args = parse(["--kubeconfig", str(kubeconfig), "--output", "json"], environ)
+    assert await run(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    decisions = [(a["node"], a["decision"], a.get("reason")) for a in report["alerts"]]
+    assert decisions == [
+        ("new-1", "plan", None),
+        ("cp-1", "refused", "control_plane"),
+        ("nowhere", "refused", "unknown_node"),
+    ]
+    assert [s["kind"] for s in report["alerts"][0]["steps"]] == [
+        "cordon",
+        "taint",
+        "drain",
+        "cleanup_runtime",
+        "verify",
+        "delete_node",
+    ]
+    assert report["delete_nodes"] is True
+    assert report["api_writes"] == 4 + 6  # cordon, taint, cleanup, delete; six Events
+    assert report["budget"]["absolute"] == {
+        "limit": 10,
+        "used": 1,
+        "remaining": 9,
+        "window_seconds": 3600.0,
+    }
+    [wave] = report["budget"]["waves"]
+    assert (wave["size"], wave["limit"], wave["used"]) == (2, 2, 1)
+    assert server.counters.writes() == 0
+
+
+async def test_old_nodes_failing_make_every_plan_wait(
+    server: APIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(4):
+        add_node(server, f"old-{i}", age=3 * DAY)  # NotReady for the last minute
+    add_node(server, "old-ok", age=3 * DAY, ready="True")
+    add_node(server, "new-1")
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    payload = payload_file(tmp_path, ["new-1"])
+    assert await run(parse(["--payload", str(payload), "--kubeconfig", str(kubeconfig)])) == 0
+    out = capsys.readouterr().out
+    assert "would wait: correlated_failure" in out
+    assert "4 of 5 established nodes failing: PAUSED" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{", "malformed JSON"), ('{"version": "3"}', "version"), (None, "No such file")],
+)
+async def test_a_bad_payload_is_reported(
+    server: APIServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str | None,
+    message: str,
+) -> None:
+    path = tmp_path / "payload.json"
+    if content is not None:
+        path.write_text(content)
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    assert await run(parse(["--payload", str(path), "--kubeconfig", str(kubeconfig)])) == 2
+    err = capsys.readouterr().err
+    assert "cannot read the payload" in err
+    assert message in err
+    assert server.counters.count() == 0
+
+
+async def test_an_unreachable_api_server_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9", "token")
+    payload = payload_file(tmp_path, ["new-1"])
+    assert await run(parse(["--payload", str(payload), "--kubeconfig", str(kubeconfig)])) == 1
+    assert "cannot read the cluster" in capsys.readouterr().err
