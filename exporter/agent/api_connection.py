@@ -1,6 +1,7 @@
 """The agent's connection to the API server: the client, the watches of its own objects (Node,
-Lease, pods: exporter.agent.node_objects), and the writer its cleanup answers through. Imported only when the agent has an API server to talk to: the
-kubernetes client is a third of the agent's memory, which an agent without one need not pay."""
+Lease, pods: exporter.agent.node_objects), and the writer its cleanup answers through.
+Imported only when the agent has an API server to talk to: the kubernetes client is a third of
+the agent's memory, which an agent without one need not pay."""
 
 from __future__ import annotations
 

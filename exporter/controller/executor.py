@@ -42,11 +42,10 @@ from exporter.controller.steps import (
     CORDONED_BY_NODESYNC,
     RECOVERED,
     ROLLBACK_TAINT,
-    ObjectRef,
+    StepError,
     StepOutcome,
     StepRunner,
     describe_error,
-    node_ref,
 )
 from exporter.kube.errors import KubeError
 from exporter.kube.informer import Backoff
@@ -424,9 +423,9 @@ class Executor:
             attempts += 1
             try:
                 outcome = await self._steps.run(record.id, plan, record.created_at, step)
-            except KubeError as exc:
-                detail = describe_error(exc)
-                if attempts < STEP_ATTEMPTS:
+            except StepError as exc:
+                detail = describe_error(exc.error)
+                if exc.error.retryable and attempts < STEP_ATTEMPTS:
                     await self._journal.update_step(
                         record.id, index, StepState.PENDING, detail, attempts
                     )
@@ -436,13 +435,12 @@ class Executor:
                     )
                     await self._sleep(backoff.next())
                     continue
-                ref = (
-                    ObjectRef("Pod", step.namespace, step.pod, step.pod_uid)
-                    if step.kind is StepKind.EVICT_POD
-                    else node_ref(None, step.node)
+                log.warning(
+                    "step failed",
+                    extra={"plan": record.id, "step": step.kind.value, "error": detail},
                 )
                 outcome = StepOutcome(
-                    StepState.FAILED, detail, ref, reason=API_ERROR, stop=PlanState.FAILED
+                    StepState.FAILED, detail, exc.target, reason=API_ERROR, stop=PlanState.FAILED
                 )
             await self._audit.step(record.id, index, step.kind, outcome)
             await self._journal.update_step(

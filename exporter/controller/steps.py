@@ -75,6 +75,16 @@ class ObjectRef:
     uid: str
 
 
+class StepError(Exception):
+    """A step's API call failed; ``target`` is what the step was about, as far as it was read
+    (its uid, for the Event, once the object was read)."""
+
+    def __init__(self, error: KubeError, target: ObjectRef) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.target = target
+
+
 @dataclass(frozen=True, slots=True)
 class StepOutcome:
     state: StepState
@@ -126,9 +136,27 @@ class StepRunner:
         self._poll = cleanup_poll_interval
 
     async def run(self, plan_id: int, plan: Plan, planned_at: float, step: Step) -> StepOutcome:
-        """Re-check the live state, then do the step. KubeErrors are raised (the caller
-        retries: every step is safe to repeat)."""
-        node = await self._writer.get_node(step.node)
+        """Re-check the live state, then do the step. A failed API call is raised as a
+        StepError (the caller retries what a retry can fix: every step is safe to repeat)."""
+        target = (
+            ObjectRef("Pod", step.namespace, step.pod, step.pod_uid)
+            if step.kind is StepKind.EVICT_POD
+            else node_ref(None, step.node)
+        )
+        try:
+            node = await self._writer.get_node(step.node)
+        except KubeError as exc:
+            raise StepError(exc, target) from exc
+        if node is not None and step.kind is not StepKind.EVICT_POD:
+            target = node_ref(node, step.node)
+        try:
+            return await self._run(plan_id, plan, planned_at, step, node)
+        except KubeError as exc:
+            raise StepError(exc, target) from exc
+
+    async def _run(
+        self, plan_id: int, plan: Plan, planned_at: float, step: Step, node: NodeInfo | None
+    ) -> StepOutcome:
         if node is None or node.created_at > planned_at:
             return self._gone(step, node)
         refusal = never_touch(node)
@@ -245,7 +273,10 @@ class StepRunner:
                 f"pod {step.namespace}/{step.pod} is no longer on node {node.name}",
                 ref,
             )
-        result = await self._evict(pod.namespace, pod.name, step.pod_uid or pod.uid)
+        try:
+            result = await self._evict(pod.namespace, pod.name, step.pod_uid or pod.uid)
+        except KubeError as exc:
+            raise StepError(exc, ref) from exc  # the Event goes on the pod, with its uid
         if result.outcome == "blocked":
             return StepOutcome(
                 StepState.FAILED,

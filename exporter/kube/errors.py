@@ -40,8 +40,29 @@ class KubeError(Exception):
         detail = f": {message}" if message else ""
         super().__init__(f"{code} {reason}{detail}")
 
+    @property
+    def retryable(self) -> bool:
+        """Whether asking again, unchanged, may succeed: the server was not reached, failed,
+        throttled, or lost a race (409 Conflict, 410 Expired). A request the server refused
+        for what it is (400, 401, 403, 404, 422, AlreadyExists) fails the same way again."""
+        return True
 
-class NotFound(KubeError):
+
+class _Final(KubeError):
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
+class BadRequest(_Final):
+    """400: the request is malformed for this server (e.g. a kind it does not serve)."""
+
+
+class Invalid(_Final):
+    """422: the object fails the server's validation."""
+
+
+class NotFound(_Final):
     """404: the object (or the resource type) does not exist."""
 
 
@@ -52,6 +73,10 @@ class Conflict(KubeError):
 class AlreadyExists(Conflict):
     """409 with reason AlreadyExists."""
 
+    @property
+    def retryable(self) -> bool:
+        return False
+
 
 class Gone(KubeError):
     """410 Expired: the resourceVersion is too old; list again."""
@@ -61,11 +86,11 @@ class TooManyRequests(KubeError):
     """429: throttled (or an eviction blocked by a PodDisruptionBudget); see ``retry_after``."""
 
 
-class Unauthorized(KubeError):
+class Unauthorized(_Final):
     """401: no or an unknown credential."""
 
 
-class Forbidden(KubeError):
+class Forbidden(_Final):
     """403: the credential may not do this."""
 
 
@@ -82,11 +107,13 @@ class InvalidResponse(KubeError):
 
 
 _BY_CODE: dict[int, type[KubeError]] = {
+    400: BadRequest,
     401: Unauthorized,
     403: Forbidden,
     404: NotFound,
     409: Conflict,
     410: Gone,
+    422: Invalid,
     429: TooManyRequests,
 }
 

@@ -11,7 +11,8 @@ The protocol is client-go's reflector, reduced to what nodesync needs:
    list again with a consistent read (resourceVersion="", never older than what was seen) and
    hand the difference to the handlers as ADDED / MODIFIED / DELETED.
 5. Any other failure: mark the informer down, wait (Retry-After when the server gave one, else
-   exponential backoff with jitter) and resume the watch from the last resourceVersion.
+   exponential backoff with jitter, capped at a few seconds and reset by every success) and
+   resume the watch from the last resourceVersion.
 
 Objects travel as plain dicts and are converted with the function given; one that cannot be
 converted is skipped, counted and logged, and the rest is served. Handlers run synchronously in
@@ -48,11 +49,14 @@ _YIELD_EVERY = 500
 
 @dataclass(frozen=True, slots=True)
 class InformerTiming:
-    """How long to wait for what. Defaults are client-go's reflector's."""
+    """How long to wait for what. The watch timeout and the first backoff are client-go's
+    reflector's; the backoff is capped at 2 s (client-go: 30 s) and reset by every success, so
+    that an informer is current again within seconds of an API server's return (each failing
+    informer then asks about every 1-2 s while the server is away)."""
 
     watch_timeout_seconds: float = 300.0  # each watch asks for 1x..2x this
     backoff_initial_seconds: float = 0.8
-    backoff_max_seconds: float = 30.0
+    backoff_max_seconds: float = 2.0
     max_retry_after_seconds: float = 120.0  # a server's Retry-After is honoured up to this
     short_watch_seconds: float = 1.0  # an empty watch ending sooner is backed off
 
@@ -229,6 +233,7 @@ class Informer(Generic[T]):
     def _succeeded(self) -> None:
         self._up = True
         self._last_success = time.time()
+        self._backoff.reset()
 
     async def _list(self) -> None:
         # "0": any version, from the watch cache. "": a consistent read, never older than what

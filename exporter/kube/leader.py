@@ -29,6 +29,7 @@ from typing import Any
 
 from exporter.kube.api import JSONObject, KubeAPI
 from exporter.kube.errors import Conflict, KubeError, NotFound
+from exporter.kube.observer import CODE_LABEL_TIMEOUT, code_label
 from exporter.kube.resources import LEASES
 from exporter.model.rfc3339 import format_micro_time
 
@@ -129,6 +130,8 @@ class LeaderElector:
         self._renewed_at: float | None = None  # our clock at the last successful write as holder
         self._leading = False
         self._leading_event = asyncio.Event()
+        self._failing = ""  # the code of the current streak of failed attempts ("" when none)
+        self._failures = 0
 
     # ------------------------------------------------------------------ state
 
@@ -192,13 +195,35 @@ class LeaderElector:
                     return
 
     async def _attempt(self, budget: float) -> bool:
-        """One try_acquire_or_renew, bounded by ``budget`` seconds; failures count as no."""
+        """One try_acquire_or_renew, bounded by ``budget`` seconds; failures count as no.
+
+        A failure (anything but a lost race, which try_acquire_or_renew answers with False) is
+        counted in the observer and logged at WARNING when it starts or changes kind, at DEBUG
+        while the same failure repeats, and at INFO once an attempt succeeds again."""
         try:
             async with asyncio.timeout(budget):
-                return await self.try_acquire_or_renew()
+                done = await self.try_acquire_or_renew()
         except (KubeError, TimeoutError) as exc:
-            log.info("lease attempt failed", extra={"lease": self.name, "error": str(exc)})
+            code = code_label(exc) if isinstance(exc, KubeError) else CODE_LABEL_TIMEOUT
+            observer = self._api.observer
+            if observer is not None:
+                observer.observe_leader_election_error(code)
+            level = logging.DEBUG if code == self._failing else logging.WARNING
+            log.log(
+                level,
+                "leader election: lease attempt failed",
+                extra={"lease": self.name, "code": code, "error": str(exc) or "timed out"},
+            )
+            self._failing = code
+            self._failures += 1
             return False
+        if self._failing:
+            log.info(
+                "leader election: lease attempts succeed again",
+                extra={"lease": self.name, "failed_attempts": self._failures},
+            )
+            self._failing, self._failures = "", 0
+        return done
 
     def _start_leading(self) -> None:
         self._leading = True

@@ -10,6 +10,8 @@ from exporter.kube.errors import CODE_UNREACHABLE, InvalidResponse, KubeError
 CODE_LABEL_UNREACHABLE = "unreachable"
 #: ``code`` of a 2xx answer whose body was not valid JSON.
 CODE_LABEL_INVALID = "invalid_response"
+#: ``code`` of a leader-election attempt that did not finish in time.
+CODE_LABEL_TIMEOUT = "timeout"
 
 
 class RequestObserver(Protocol):
@@ -32,6 +34,10 @@ class RequestObserver(Protocol):
 
     def observe_skipped_object(self, resource: str) -> None:
         """An informer skipped an object it could not convert."""
+
+    def observe_leader_election_error(self, code: str) -> None:
+        """A leader-election attempt failed for another reason than a lost race (``code`` as
+        for requests, or ``timeout`` when the attempt ran out of time)."""
 
 
 def code_label(err: KubeError) -> str:

@@ -51,6 +51,10 @@ MERGE_PATCH = "application/merge-patch+json"
 EVICTIONS = Resource(
     group="", version="v1", plural="pods/eviction", kind="Eviction", namespaced=True
 )
+#: The core group's discovery document, which names the Eviction API's version.
+CORE_DISCOVERY = Resource(
+    group="", version="v1", plural="discovery", kind="APIResourceList", namespaced=False
+)
 
 #: How often a write that lost a race (409) reads again and retries before giving up.
 CONFLICT_ATTEMPTS = 5
@@ -136,6 +140,7 @@ class KubeWriter:
         self._wall_clock = wall_clock
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self._eviction_api_version: str | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -356,7 +361,8 @@ class KubeWriter:
         *,
         timeout: float = 120.0,  # noqa: ASYNC109 - how long refusals are retried, not a deadline
     ) -> EvictionResult:
-        """Evict through the Eviction API (policy/v1), so PodDisruptionBudgets are respected.
+        """Evict through the Eviction API, so PodDisruptionBudgets are respected; its version is
+        the one the server serves (:meth:`eviction_api_version`).
 
         A refusal (429) is retried with exponential backoff and jitter until ``timeout``, then
         reported ``blocked``: never forced, never a plain delete. The eviction carries the pod's
@@ -384,10 +390,31 @@ class KubeWriter:
             )
         return await self._evict(pod, timeout)
 
+    async def eviction_api_version(self) -> str:
+        """The Eviction API's group/version, as kubectl drain finds it: what the core group's
+        discovery names for ``pods/eviction`` (``policy/v1`` since Kubernetes 1.22,
+        ``policy/v1beta1`` before). Read once; a server without the subresource is an error."""
+        if self._eviction_api_version is None:
+            body = await self._api.request("GET", CORE_DISCOVERY, "get", "/api/v1")
+            entries = body.get("resources") if isinstance(body, dict) else None
+            entry = next(
+                (
+                    r
+                    for r in entries or ()
+                    if isinstance(r, dict) and r.get("name") == "pods/eviction"
+                ),
+                None,
+            )
+            if entry is None:
+                raise NotFound(404, "NotFound", "the API server serves no pods/eviction")
+            group, version = entry.get("group"), entry.get("version")
+            self._eviction_api_version = f"{group}/{version}" if group and version else "policy/v1"
+        return self._eviction_api_version
+
     async def _evict(self, pod: PodInfo, retry_for: float) -> EvictionResult:
         ref = f"pod {pod.namespace}/{pod.name}"
         body = {
-            "apiVersion": "policy/v1",
+            "apiVersion": await self.eviction_api_version(),
             "kind": "Eviction",
             "metadata": {"name": pod.name, "namespace": pod.namespace},
             "deleteOptions": {"preconditions": {"uid": pod.uid}},

@@ -69,6 +69,13 @@ class KubeRequestMetrics:
             labelnames=["resource"],
             registry=registry,
         )
+        self._leader_errors = Counter(
+            "nodesync_leader_election_errors_total",
+            "Leader-election attempts that failed for another reason than a lost race, by HTTP "
+            "status code, 'unreachable' or 'timeout'.",
+            labelnames=["code"],
+            registry=registry,
+        )
 
     def observe_request(self, resource: str, verb: str, duration_seconds: float, code: str) -> None:
         ok = _succeeded(code)
@@ -88,3 +95,6 @@ class KubeRequestMetrics:
 
     def observe_skipped_object(self, resource: str) -> None:
         self._skipped.labels(resource=resource).inc()
+
+    def observe_leader_election_error(self, code: str) -> None:
+        self._leader_errors.labels(code=code).inc()

@@ -136,6 +136,8 @@ async def _faults(request: web.Request, handler: Handler) -> web.StreamResponse:
             )
         if rule.status == 503:
             raise errors.APIError(503, "ServiceUnavailable", "injected fault: unavailable")
+        if rule.status == 400:
+            raise errors.bad_request("injected fault: the server refuses this request")
         raise errors.internal("injected fault")
     return await handler(request)
 

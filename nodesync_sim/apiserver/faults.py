@@ -13,7 +13,7 @@ from typing import Any
 
 @dataclass(slots=True)
 class FailureRule:
-    """Answer the next `count` matching requests with `status` (500 or 429)."""
+    """Answer the next `count` matching requests with `status` (400, 429, 500 or 503)."""
 
     status: int
     count: int
@@ -50,8 +50,8 @@ class Faults:
         verb: str = "",
         retry_after: int = 1,
     ) -> None:
-        if status not in (429, 500, 503):
-            raise ValueError("injected failures are 429, 500 or 503")
+        if status not in (400, 429, 500, 503):
+            raise ValueError("injected failures are 400, 429, 500 or 503")
         if count < 1:
             raise ValueError("count must be positive")
         with self._lock:

@@ -161,6 +161,31 @@ async def test_a_pdb_that_blocks_eviction_fails_the_drain_and_forces_nothing(b: 
     assert len(await b.plans()) == 1
 
 
+async def test_a_refused_eviction_is_not_retried_and_its_warning_names_the_node(
+    b: Bench,
+) -> None:
+    """A 400 (the server will not take this request, e.g. an Eviction version it does not
+    serve) fails the step at the first attempt; the Warning Event carries the Node's uid, so
+    ``kubectl describe node`` shows it."""
+    b.add_node("new-1")
+    b.add_pod("web-0", "new-1")
+    await b.wait_cluster(1)
+    b.server.faults.fail_next(5, 400, path_prefix="/api/v1/namespaces/default/pods/web-0/eviction")
+    executor = b.executor(settings())
+    await b.deliver(alert("new-1"))
+    await b.settled(executor)
+
+    [plan] = await b.plans()
+    assert plan.state is PlanState.FAILED
+    assert plan.reason == "api_error"
+    assert ("drain", "failed") in step_states(plan)
+    assert plan.steps[2].attempts == 1
+    assert b.server.counters.count("create", "pods/eviction", 400) == 1
+    [failed] = b.events("NodesyncDrainFailed")
+    assert failed["type"] == "Warning"
+    assert failed["involvedObject"]["uid"] == b.node("new-1")["metadata"]["uid"]
+
+
 async def test_thirty_alerts_for_thirty_of_a_hundred_new_nodes(b: Bench) -> None:
     for i in range(100):
         b.add_node(f"new-{i:03}", age=300 - i)

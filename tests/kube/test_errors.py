@@ -13,9 +13,11 @@ from kubernetes.client import exceptions as sync_exceptions
 from exporter.kube import errors
 from exporter.kube.errors import (
     AlreadyExists,
+    BadRequest,
     Conflict,
     Forbidden,
     Gone,
+    Invalid,
     KubeError,
     NotFound,
     ServerError,
@@ -70,8 +72,11 @@ def status(code: int, reason: str, message: str = "m", **details: Any) -> dict[s
                      id="500"),
         pytest.param(503, b"upstream connect error", {"Retry-After": "5"}, ServerError,
                      "Service Unavailable", 5.0, id="503-not-a-status"),
-        pytest.param(422, status(422, "Invalid"), None, KubeError, "Invalid", None,
-                     id="422-plain"),
+        pytest.param(422, status(422, "Invalid"), None, Invalid, "Invalid", None, id="422"),
+        pytest.param(400, status(400, "BadRequest"), None, BadRequest, "BadRequest", None,
+                     id="400"),
+        pytest.param(418, status(418, "Teapot"), None, KubeError, "Teapot", None,
+                     id="418-plain"),
         pytest.param(
             200, status(410, "Expired"), None, Gone, "Expired", None,
             id="watch-error-event-code-wins-over-http",
@@ -140,3 +145,25 @@ def test_translate_transport_errors(exc: BaseException, reason: str) -> None:
     err = translate(exc)
     assert type(err) is Unreachable
     assert (err.code, err.reason) == (0, reason)
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "retryable"),
+    [
+        (0, "Unreachable", True),
+        (500, "InternalError", True),
+        (503, "ServiceUnavailable", True),
+        (429, "TooManyRequests", True),
+        (409, "Conflict", True),
+        (410, "Expired", True),
+        (400, "BadRequest", False),
+        (401, "Unauthorized", False),
+        (403, "Forbidden", False),
+        (404, "NotFound", False),
+        (409, "AlreadyExists", False),
+        (422, "Invalid", False),
+    ],
+)
+def test_only_what_a_retry_can_fix_is_retryable(code: int, reason: str, retryable: bool) -> None:
+    err = from_status(code, status(code, reason))
+    assert err.retryable is retryable

@@ -35,6 +35,7 @@ def full_exposition() -> str:
     m.observe_watch_event("nodes", "BOOKMARK")
     m.observe_relist("nodes")
     m.observe_skipped_object("nodes")
+    m.observe_leader_election_error("403")
     return scrape(registry)
 
 
@@ -45,6 +46,12 @@ OBSERVER_METHODS = sorted(n for n in vars(RequestObserver) if n.startswith("obse
 def test_the_metrics_class_implements_the_observer_protocol(method: str) -> None:
     expected = inspect.signature(getattr(RequestObserver, method))
     assert inspect.signature(getattr(KubeRequestMetrics, method)) == expected
+
+
+def test_leader_election_errors() -> None:
+    assert series(full_exposition(), "nodesync_leader_election_errors_total") == {
+        labels(code="403"): 1.0
+    }
 
 
 def test_requests() -> None:
