@@ -110,7 +110,11 @@ def _run_controller(args: argparse.Namespace, *, environ: Mapping[str, str]) -> 
     from exporter.serve import serve
 
     settings = build(ControllerSettings, args)
-    executor = build(ExecutorSettings, args)
+    try:
+        executor = build(ExecutorSettings, args)
+    except ValueError as exc:
+        log.error("cannot configure the rollback executor", extra={"error": str(exc)})
+        return 2
     try:
         webhook = WebhookSettings.from_args(args, environ)
         # Without a token there is no webhook, and so nothing to execute: a cluster view only.

@@ -87,6 +87,7 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
             node=side.objects.node,
             drift=lambda: sync.state.drift,
             runtime=client,
+            runtime_error=partial(_runtime_error, sync),
             api=side.writer,
             call_timeout=settings.cleanup_call_timeout,
         )
@@ -101,6 +102,16 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         await client.close()
         if side is not None:
             await side.api.close()
+
+
+def _runtime_error(sync: AgentSync) -> str:
+    """Why the runtime cannot be read, as the last sync found ("" while it can)."""
+    source = sync.state.sources.get(SOURCE_CRI)
+    return (
+        source.error or "the runtime does not answer"
+        if source is not None and not source.up
+        else ""
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -1,15 +1,18 @@
 """The agent's side of the cleanup handshake: remove exactly what drift reported, once per request.
 
 Every ``period`` (and at most one cleanup at a time) the agent looks at its own Node, as its
-watch sees it. A request id in ``nodesync.io/cleanup-request`` that differs from the id in its
-``nodesync.io/cleanup-status`` starts ONE cleanup:
+watch sees it. A request id in ``nodesync.io/cleanup-request`` that the id in its
+``nodesync.io/cleanup-status`` has not answered starts ONE cleanup (the id is the controller's
+NodeRollback uid: an answer an earlier rollback left on the node never answers a new one):
 
-1. Take the latest drift from the sync loop. No drift (the API view or the runtime is down):
-   wait, and look again next period.
+1. Take the latest drift from the sync loop. No drift yet: acknowledge the request (status
+   ``running``, so the controller knows the agent is there) and look again next period. The
+   runtime cannot be read, at this look and the one before: answer ``unavailable`` (nothing can
+   be cleaned; a node rollback goes on without the cleanup).
 2. Read the runtime (ListPodSandbox, ListContainers) and the node's pods from the API server
    again, compute drift from those, and keep only the orphan_container, orphan_sandbox and
    stale_sandbox items both agree on (:func:`exporter.model.cleanup.select`). A failed read:
-   wait, as in 1.
+   as in 1.
 3. For each item, right before acting, ask the runtime for that object once more (it must still
    exist with the same pod uid; a stale sandbox must still be not ready), then stop and remove
    it: containers first, then sandboxes. NOT_FOUND counts as done.
@@ -85,6 +88,7 @@ class NodeCleanup:
         node: Callable[[], NodeInfo | None],
         drift: Callable[[], Drift | None],
         runtime: CleanupRuntime,
+        runtime_error: Callable[[], str] = lambda: "",
         api: CleanupAPI,
         call_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
@@ -93,6 +97,9 @@ class NodeCleanup:
         self._node = node
         self._drift = drift
         self._runtime = runtime
+        self._runtime_error = runtime_error
+        self._acked = ""  # the request id last acknowledged
+        self._unreadable: dict[str, int] = {}  # request id -> looks that found the runtime down
         self._api = api
         self._call_timeout = call_timeout
         self._clock = clock
@@ -138,7 +145,11 @@ class NodeCleanup:
             return None
         drift = self._drift()
         if drift is None:
-            self._wait(request, "drift is not known (the API server's view or the runtime is down)")
+            error = self._runtime_error()
+            if error:
+                return await self._unavailable(request, error)
+            self._wait(request, "drift is not known yet (the API server's view is not synced)")
+            await self._acknowledge(request)
             return None
         try:
             sandboxes, containers, pods = await asyncio.gather(
@@ -146,10 +157,38 @@ class NodeCleanup:
                 self._runtime.list_containers(),
                 self._api.list_pods_on_node(self.node_name),
             )
-        except (CRIError, KubeError) as exc:
-            self._wait(request, f"cannot read the runtime or the API server again: {exc}")
+        except CRIError as exc:
+            return await self._unavailable(request, str(exc))
+        except KubeError as exc:
+            self._wait(request, f"cannot read the API server again: {exc}")
+            await self._acknowledge(request)
             return None
         status = await self._clean(request, drift, sandboxes, containers, pods)
+        self._record(status)
+        await self._publish(status)
+        return status
+
+    async def _acknowledge(self, request: str) -> None:
+        """Tell the controller the request was seen (status ``running``), once per request."""
+        if self._acked == request:
+            return
+        ack = CleanupStatus(request, CleanupState.RUNNING, 0, 0, self._clock())
+        if await self._write(ack):
+            self._acked = request
+
+    async def _unavailable(self, request: str, error: str) -> CleanupStatus | None:
+        """The runtime cannot be read: the first time, acknowledge and look again; the second
+        time in a row, answer ``unavailable``."""
+        looks = self._unreadable.get(request, 0) + 1
+        self._unreadable[request] = looks
+        if looks < 2:
+            self._wait(request, f"the runtime cannot be read: {error}")
+            await self._acknowledge(request)
+            return None
+        status = CleanupStatus(
+            request, CleanupState.UNAVAILABLE, 0, 0, self._clock(), error=error[:500]
+        )
+        log.warning("cleanup not possible: the runtime cannot be read", extra={"request": request})
         self._record(status)
         await self._publish(status)
         return status
@@ -232,6 +271,7 @@ class NodeCleanup:
         self._totals = CleanupTotals(
             done=t.done + (status.state is CleanupState.DONE),
             failed=t.failed + (status.state is CleanupState.FAILED),
+            unavailable=t.unavailable + (status.state is CleanupState.UNAVAILABLE),
             removed_sandboxes=t.removed_sandboxes + status.removed_sandboxes,
             removed_containers=t.removed_containers + status.removed_containers,
             last_finished_at=status.finished_at,
@@ -239,7 +279,7 @@ class NodeCleanup:
         self._answered = status
         self._published = False
 
-    async def _publish(self, status: CleanupStatus) -> None:
+    async def _write(self, status: CleanupStatus) -> bool:
         try:
             await self._api.annotate_node(
                 self.node_name, {CLEANUP_STATUS_ANNOTATION: status.to_json()}
@@ -249,6 +289,11 @@ class NodeCleanup:
                 "cannot write the cleanup status; retrying",
                 extra={"request": status.id, "error": str(exc)},
             )
+            return False
+        return True
+
+    async def _publish(self, status: CleanupStatus) -> None:
+        if not await self._write(status):
             return
         self._published = True
         log.info(

@@ -106,18 +106,18 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def follower(app: web.Application) -> bool:
-    """True on a replica that runs leader election and does not lead now. Such a replica is
-    not ready and refuses webhooks with 503, so that the Service sends Alertmanager (which
-    retries 5xx) to the leader: the journal is local to each replica."""
+    """True on a replica that runs leader election and does not lead now. Such a replica
+    refuses webhooks with 503 and closes the connection, so that Alertmanager (which retries
+    5xx) reconnects through the Service and reaches the leader: each replica's journal is its
+    own intake, and only the leader decides from its own."""
     leading = app.get(LEADING)
     return leading is not None and not leading()
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready once Nodes and Leases were both listed (before that the view is incomplete) and,
-    with leader election, only on the leader."""
-    if follower(request.app):
-        return web.json_response({"status": "not the leader"}, status=503)
+    """Ready once Nodes and Leases were both listed (before that the view is incomplete).
+    A follower is ready too: it serves its metrics and takes over at once when it leads, and a
+    rolling update waits for each new replica to be ready."""
     cluster = request.app[CLUSTER]
     if not cluster.synced:
         return web.json_response(

@@ -1,20 +1,22 @@
 """The audit trail of the rollback hook: a Kubernetes Event for each decision and each step
-outcome, on the Node or Pod it concerns (with its uid, so ``kubectl describe`` shows it).
+outcome, on the Node or Pod it concerns, with its uid (``kubectl describe`` selects Events by
+``involvedObject.uid``: an Event without it is invisible there).
 
-Each Event is recorded once per key: its name derives from the key (exporter.kube.writer), so a
-step resumed after a crash, or an alert decided again, does not record a second one. Nothing is
-recorded in a dry run. A failed Event is logged and counted, never fatal: the record of what
-happened is the journal, the Event its view in the cluster.
+Each Event is recorded once per key: its name derives from the key (exporter.kube.writer), and
+the keys of a rollback's Events derive from the NodeRollback's uid, so a step resumed after a
+crash records no second Event, and no Event of an earlier rollback of the same node is taken for
+this one's. Nothing is recorded in a dry run. A failed Event is logged, never fatal: the record
+of what happened is the NodeRollback (and the journal for refusals); Events are its view.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
-from exporter.controller.steps import StepOutcome
 from exporter.kube.errors import KubeError
 from exporter.kube.writer import KubeWriter
-from exporter.model.rollback import StepKind, StepState
+from exporter.model.rollback import NodeRollback, StepKind, StepState
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +29,30 @@ EVENT_REASON = {
     StepKind.VERIFY: "NodesyncVerify",
     StepKind.DELETE_NODE: "NodesyncDeleteNode",
 }
+_SUFFIX = {StepState.FAILED: "Failed", StepState.SKIPPED: "Skipped"}
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """What an Event is about."""
+
+    kind: str  # Node or Pod
+    namespace: str
+    name: str
+    uid: str
+
+
+def node_ref(rollback: NodeRollback) -> ObjectRef:
+    return ObjectRef("Node", "", rollback.spec.node, rollback.spec.node_uid)
 
 
 def alert_event_key(key: tuple[str, float], what: str) -> str:
     return f"alert/{key[0]}/{key[1]!r}/{what}"
 
 
-def step_event_key(plan_id: int, index: int, state: StepState) -> str:
-    return f"plan/{plan_id}/step/{index}/{state.value}"
+def step_event_key(rollback: NodeRollback, index: int, state: StepState) -> str:
+    attempt = rollback.status.observed_generation or 1
+    return f"rollback/{rollback.uid}/{attempt}/step/{index}/{state.value}"
 
 
 class Audit:
@@ -42,33 +60,11 @@ class Audit:
         self._writer = writer
         self._dry_run = dry_run
 
-    async def on_node(self, name: str, *, reason: str, message: str, type_: str, key: str) -> None:
-        """An Event on the node ``name``, if it exists."""
-        if self._dry_run or not name:
+    async def record(
+        self, target: ObjectRef, *, reason: str, message: str, type_: str, key: str
+    ) -> None:
+        if self._dry_run or not target.name:
             return
-        try:
-            node = await self._writer.get_node(name)
-            if node is None:
-                return
-            await self._writer.record_event(
-                kind="Node",
-                namespace="",
-                name=name,
-                uid=node.uid,
-                reason=reason,
-                message=message,
-                type=type_,
-                key=key,
-            )
-        except KubeError as exc:
-            log.warning("could not record an event", extra={"node": name, "error": str(exc)})
-
-    async def step(self, plan_id: int, index: int, kind: StepKind, outcome: StepOutcome) -> None:
-        """The Event of a step's outcome, on the object the step was about."""
-        failed = outcome.state is StepState.FAILED
-        suffix = {StepState.FAILED: "Failed", StepState.SKIPPED: "Skipped"}
-        reason = EVENT_REASON[kind] + suffix.get(outcome.state, "")
-        target = outcome.target
         try:
             await self._writer.record_event(
                 kind=target.kind,
@@ -76,9 +72,64 @@ class Audit:
                 name=target.name,
                 uid=target.uid,
                 reason=reason,
-                message=f"plan {plan_id} step {index + 1} ({kind.value}): {outcome.detail}",
-                type="Warning" if failed else "Normal",
-                key=step_event_key(plan_id, index, outcome.state),
+                message=message,
+                type=type_,
+                key=key,
             )
         except KubeError as exc:
-            log.warning("could not record an event", extra={"plan": plan_id, "error": str(exc)})
+            log.warning(
+                "could not record an event",
+                extra={"object": f"{target.kind} {target.name}", "error": str(exc)},
+            )
+
+    async def on_node(self, name: str, *, reason: str, message: str, type_: str, key: str) -> None:
+        """An Event on the node ``name``, if it exists (its uid read now)."""
+        if self._dry_run or not name:
+            return
+        try:
+            node = await self._writer.get_node(name)
+        except KubeError as exc:
+            log.warning("could not record an event", extra={"node": name, "error": str(exc)})
+            return
+        if node is not None:
+            target = ObjectRef("Node", "", name, node.uid)
+            await self.record(target, reason=reason, message=message, type_=type_, key=key)
+
+    async def decided(self, rollback: NodeRollback, alertname: str) -> None:
+        """The rollback was decided: where to follow it."""
+        await self.record(
+            node_ref(rollback),
+            reason="NodesyncRollback",
+            message=f"nodesync decided to {rollback.spec.action.value} (alert {alertname}): "
+            f"kubectl get noderollback {rollback.name}",
+            type_="Normal",
+            key=f"rollback/{rollback.uid}/decided",
+        )
+
+    async def step(
+        self,
+        rollback: NodeRollback,
+        index: int,
+        state: StepState,
+        message: str,
+        target: ObjectRef | None = None,
+    ) -> None:
+        """The Event of a step's outcome, on the object the step was about."""
+        kind = rollback.status.steps[index].kind
+        await self.record(
+            target or node_ref(rollback),
+            reason=EVENT_REASON[kind] + _SUFFIX.get(state, ""),
+            message=f"{rollback.name} step {index + 1} ({kind.value}): {message}",
+            type_="Warning" if state is StepState.FAILED else "Normal",
+            key=step_event_key(rollback, index, state),
+        )
+
+    async def stopped(self, rollback: NodeRollback, reason: str, message: str) -> None:
+        """The rollback stopped before it finished, or needs a person."""
+        await self.record(
+            node_ref(rollback),
+            reason=reason,
+            message=f"{rollback.name}: {message}",
+            type_="Warning" if reason == "NodesyncActionRequired" else "Normal",
+            key=f"rollback/{rollback.uid}/{reason}",
+        )

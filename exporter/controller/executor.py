@@ -1,23 +1,28 @@
-"""The rollback executor: alerts in the journal become plans, plans become steps, steps become
-idempotent API writes, each recorded in the journal, as an Event and in metrics.
+"""The rollback executor: decisions become NodeRollbacks (exporter.controller.intake), and each
+active NodeRollback is driven step by step, its status in the API server the record.
 
-One pass (after each committed webhook delivery, after a plan ends, and every poll interval):
+One pass (after each committed webhook delivery, after a rollback stops or waits, and every poll
+interval), while this controller leads:
 
-1. Every firing alert without a plan is planned (exporter.model.planner) and checked by the
-   guards (exporter.model.guards) against the live cluster view and the plans accepted so far.
-   A refusal is saved (state REFUSED) and recorded as a Warning Event on the node; a deferring
-   refusal (correlated failure, concurrency) is not saved: the alert is evaluated again at the
-   next pass. An accepted plan is saved PENDING, or DRY_RUN with ``--dry-run``.
-2. Every PENDING or RUNNING plan without a task gets one. A PENDING plan whose alert resolved
-   in the meantime is CANCELLED. Steps run in order; before each the live state is checked again
-   (exporter.controller.steps); the step's outcome is recorded as an Event (with a key made of
-   the plan id, the step index and the outcome, so a step resumed after a crash does not record
-   a second one) and then saved in the journal. A crash between the write and the journal
-   re-runs the step, which changes nothing the second time.
+1. The intake decides every new alert in the journal.
+2. Every active NodeRollback without a driver gets one, oldest first; node rollbacks only while
+   fewer than ``--max-concurrent-rollbacks`` are being driven (the others stay queued). A
+   rollback that waits (for its node's agent, a PodDisruptionBudget, a pause) has no driver
+   until its next attempt is due, so it holds no slot.
+3. Finished NodeRollbacks older than ``--rollback-retention`` are deleted.
 
-Only the leader plans and executes (``--leader-elect``); losing the lead cancels the running
-plans, which the next leader resumes. With ``--dry-run`` nothing is written to the API server
-at all: plans are logged, saved as DRY_RUN and counted in the metrics.
+A driver runs the rollback's steps in order. For each: the live state is checked again
+(exporter.controller.steps); the step is recorded ``running`` with what it saw (the intent),
+then acts, then records its Event and its outcome. Every status write carries the
+resourceVersion it read (exporter.kube.noderollbacks), so exactly one writer starts a step. A
+leader that takes over finds a step ``running`` and runs it again: every step is idempotent and
+finds out what its first run did (a cordon it made, a node it deleted), so the record ends up
+matching the cluster. A rollback whose node recovered is cancelled and given back (the cordon
+and taint its record says it made, or may have made).
+
+Only the leader decides and drives (``--leader-elect``); losing the lead cancels the drivers,
+and the next leader resumes from the NodeRollbacks. With ``--dry-run`` nothing is written to
+the API server: decisions are logged and saved as dry runs, and nothing is driven.
 """
 
 from __future__ import annotations
@@ -27,39 +32,56 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from aiohttp import web
 
 from exporter.controller.app import CLUSTER, KUBE_API, LEADING, REGISTRY
-from exporter.controller.audit import Audit, alert_event_key
-from exporter.controller.journal import AlertRecord, Journal, JournalError, PlanRecord
+from exporter.controller.audit import Audit, ObjectRef
+from exporter.controller.intake import Intake
+from exporter.controller.journal import Journal, JournalError
+from exporter.controller.rollbacks import RollbackWatch
 from exporter.controller.settings import ExecutorSettings
 from exporter.controller.steps import (
+    ALERT_RESOLVED,
     API_ERROR,
-    CORDONED_BY_NODESYNC,
     RECOVERED,
-    ROLLBACK_TAINT,
     StepError,
-    StepOutcome,
     StepRunner,
-    describe_error,
+    Wait,
 )
 from exporter.kube.errors import KubeError
 from exporter.kube.informer import Backoff
 from exporter.kube.leader import LeaderElector
+from exporter.kube.noderollbacks import RollbackWrites
 from exporter.kube.ratelimit import AsyncRateLimiter
 from exporter.kube.writer import KubeWriter
 from exporter.metrics.collector import SnapshotCollector
-from exporter.metrics.rollback import RollbackMetrics, RollbackStatus
+from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
 from exporter.model.alerts import RESOLVED
 from exporter.model.clusterview import ClusterView
-from exporter.model.decision import WAITS, decide
-from exporter.model.guards import GuardState, budget, correlated_failure
-from exporter.model.rollback import Action, PlanState, Refusal, StepKind, StepState
+from exporter.model.guards import budget, correlated_failure
+from exporter.model.rollback import (
+    FINISHED_STEP_STATES,
+    Action,
+    NodeRollback,
+    Phase,
+    RollbackStatus,
+    StepState,
+)
+from exporter.model.rollback_state import (
+    StepResult,
+    cancel,
+    current_step,
+    finish_step,
+    initial_status,
+    replan,
+    start_step,
+    touched,
+    wait_step,
+)
 from exporter.settings.declare import log_fields
 
 log = logging.getLogger(__name__)
@@ -68,9 +90,14 @@ REFUSAL_REASONS = tuple(dict.fromkeys((*planner.REASONS, *guards.REASONS)))
 
 #: How often the executor checks, while idle, that it still leads.
 LEADER_CHECK_INTERVAL = 0.5
-
-#: How often a step that failed with an API error is tried before the step fails.
+#: How often a step whose API call failed (and a retry may fix) is tried before it fails.
 STEP_ATTEMPTS = 5
+#: How long a stopping leader spends deciding the alerts it acknowledged, at most.
+DRAIN_TIMEOUT = 5.0
+
+#: How often finished NodeRollbacks are looked at for deletion, at most (more often with a
+#: shorter ``--rollback-retention``).
+RETENTION_INTERVAL = 60.0
 
 
 class ClusterSource(Protocol):
@@ -102,17 +129,13 @@ class AlwaysLeader:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class _Stop:
-    state: PlanState
-    reason: str
-
-
 class Executor:
     def __init__(
         self,
         journal: Journal,
         writer: KubeWriter,
+        writes: RollbackWrites,
+        rollbacks: RollbackWatch,
         cluster: ClusterSource,
         settings: ExecutorSettings,
         metrics: RollbackMetrics,
@@ -120,15 +143,16 @@ class Executor:
         leadership: Leadership | None = None,
         wakeup: asyncio.Event | None = None,
         limiter: AsyncRateLimiter | None = None,
+        identity: str = "",
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         poll_interval: float = 5.0,
-        cleanup_poll_interval: float = 1.0,
+        step_poll_interval: float = 1.0,
         retry_initial: float = 1.0,
         retry_max: float = 30.0,
     ) -> None:
         self._journal = journal
-        self._writer = writer
+        self._writes = writes
+        self.rollbacks = rollbacks
         self._cluster = cluster
         self._settings = settings
         self._policy = settings.policy
@@ -137,23 +161,33 @@ class Executor:
         self.wakeup = wakeup or asyncio.Event()
         self._limiter = limiter
         self._clock = clock
-        self._sleep = sleep
         self._poll_interval = poll_interval
         self._retry = (retry_initial, retry_max)
         self._audit = Audit(writer, dry_run=settings.dry_run)
+        self.intake = Intake(
+            journal,
+            cluster,
+            rollbacks,
+            writes,
+            self._audit,
+            metrics,
+            settings,
+            identity=identity,
+            clock=clock,
+        )
+        self._paused = False  # the correlated-failure guard, as of the last pass
         self._steps = StepRunner(
             writer,
             settings,
-            lease_renew_time=self._lease_renew_time,
+            lease_renew_time=cluster.lease_renew_time,
+            correlated_failure=lambda: self._paused,
             clock=clock,
-            sleep=sleep,
-            cleanup_poll_interval=cleanup_poll_interval,
+            poll_interval=step_poll_interval,
         )
-        self._state = GuardState()
-        self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._not_before: dict[int, float] = {}  # plan id -> monotonic time of the next try
-        self._failures: dict[int, int] = {}
-        self._deferred: dict[tuple[str, float], str] = {}  # alert key -> last deferring reason
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._slots: dict[str, bool] = {}  # driven rollback -> holds a slot
+        self._not_before: dict[str, float] = {}  # rollback -> monotonic time of its next try
+        self._retired_at = 0.0
         self._leading = False
         self.passes = 0
 
@@ -163,21 +197,21 @@ class Executor:
     def leading(self) -> bool:
         return self._leading
 
-    def status(self) -> RollbackStatus:
+    def status(self) -> ExecutorStatus:
         """For the metrics, at scrape time."""
-        counts = self._journal.last_counts.plans
-        in_progress = counts.get(PlanState.PENDING, 0) + counts.get(PlanState.RUNNING, 0)
         paused: bool | None = None
         absolute: int | None = None
         wave: int | None = None
-        if self._cluster.synced:
+        synced = self._cluster.synced and self.rollbacks.synced
+        if synced:
             view = self._cluster.view()
             now = self._clock()
             paused = correlated_failure(view, self._policy, now).paused
-            left = budget(view, self._state, self._policy, now)
+            left = budget(view, self.rollbacks.guard_state(), self._policy, now)
             absolute, wave = left.absolute_remaining, left.wave_remaining
-        return RollbackStatus(
-            plans_in_progress=in_progress,
+        return ExecutorStatus(
+            phases=({p.value: n for p, n in self.rollbacks.phases().items()} if synced else None),
+            reasons={(p.value, r): n for (p, r), n in self.rollbacks.reasons().items()},
             leader=self._leading,
             paused=paused,
             budget_absolute=absolute,
@@ -188,13 +222,14 @@ class Executor:
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> None:
-        """Plan and execute while leading, until cancelled."""
+        """Decide and drive while leading, until cancelled."""
         await self._cluster.wait_synced()
+        await self.rollbacks.wait_synced()
         try:
             while True:
                 await self._leadership.wait_leader()
                 self._leading = True
-                log.info("executing rollback plans", extra={"dry_run": self._settings.dry_run})
+                log.info("executing rollbacks", extra={"dry_run": self._settings.dry_run})
                 try:
                     await self._lead()
                 finally:
@@ -205,7 +240,6 @@ class Executor:
             await self._cancel_tasks()
 
     async def _lead(self) -> None:
-        await self.restore()
         while self._leadership.is_leader:
             self.wakeup.clear()
             try:
@@ -216,12 +250,17 @@ class Executor:
                 log.exception("executor pass failed; trying again")
             await self._idle()
 
-    async def _idle(self) -> None:
-        """Until woken, the poll interval passed, or the lead was lost (checked every
-        ``LEADER_CHECK_INTERVAL``: a lost lead stops the plans well before another controller
-        may take over)."""
+    def _next_due(self) -> float:
+        """Seconds until the earliest waiting rollback is due (the poll interval at most)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._poll_interval
+        due = [t - loop.time() for n, t in self._not_before.items() if n not in self._tasks]
+        return max(0.0, min([self._poll_interval, *due]))
+
+    async def _idle(self) -> None:
+        """Until woken, the next rollback is due, the poll interval passed, or the lead was
+        lost (checked every ``LEADER_CHECK_INTERVAL``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._next_due()
         while self._leadership.is_leader and not self.wakeup.is_set():
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -230,60 +269,60 @@ class Executor:
                 async with asyncio.timeout(min(remaining, LEADER_CHECK_INTERVAL)):
                     await self.wakeup.wait()
 
-    async def restore(self) -> None:
-        """Rebuild the guards' bookkeeping from the journal (after a start or a new lead)."""
-        state = GuardState()
-        for record in await self._journal.plans():
-            plan = record.plan
-            if plan is None or plan.action is not Action.ROLLBACK_NODE:
-                continue
-            if record.dry_run != self._settings.dry_run:
-                continue  # a dry run's plans are not a real run's budget, nor the reverse
-            if record.state is PlanState.REFUSED:
-                continue
-            if record.state is PlanState.CANCELLED and not _touched(record):
-                continue
-            running = record.state in (PlanState.PENDING, PlanState.RUNNING)
-            state.accept(str(record.id), plan, record.created_at, running=running)
-        self._state = state
-
     async def run_once(self) -> None:
-        """One pass: plan the new alerts, start the plans that should run."""
+        """One pass: decide the new alerts, drive the rollbacks that should move."""
         self.passes += 1
-        view = self._cluster.view()
-        for alert in await self._journal.alerts_to_plan():
-            await self._plan(alert, view)
+        self._paused = correlated_failure(self._cluster.view(), self._policy, self._clock()).paused
+        await self.intake.run_once()
         if self._settings.dry_run:
             return
+        await self._retire()
+        self._schedule()
+
+    def _schedule(self) -> None:
         now = asyncio.get_running_loop().time()
-        for record in await self._journal.plans([PlanState.PENDING, PlanState.RUNNING]):
-            if record.dry_run or record.id in self._tasks:
+        held = sum(1 for name, slot in self._slots.items() if slot and name in self._tasks)
+        for rollback in self.rollbacks.active():
+            name = rollback.name
+            if name in self._tasks or self._not_before.get(name, 0.0) > now:
                 continue
-            if self._not_before.get(record.id, 0.0) > now:
-                continue
-            task = asyncio.create_task(self._execute(record), name=f"plan-{record.id}")
-            self._tasks[record.id] = task
-            task.add_done_callback(functools.partial(self._task_done, record.id))
+            slot = rollback.spec.action is Action.ROLLBACK_NODE
+            if slot and held >= self._policy.max_concurrent_rollbacks:
+                continue  # queued: it starts when a driven one finishes or waits
+            held += slot
+            self._slots[name] = slot
+            task = asyncio.create_task(self._drive(name), name=f"rollback-{name}")
+            self._tasks[name] = task
+            task.add_done_callback(functools.partial(self._task_done, name))
+
+    async def drain(self) -> int:
+        """On shutdown, after ``run`` was cancelled and while the Lease is still held: decide
+        what the journal acknowledged, so that a stopping leader leaves nothing for
+        Alertmanager to send again. How many alerts were decided."""
+        synced = self._cluster.synced and self.rollbacks.synced
+        if not (synced and self._leadership.is_leader):
+            return 0
+        try:
+            return await self.intake.run_once()
+        except (JournalError, KubeError) as exc:
+            log.warning("could not decide the last alerts", extra={"error": str(exc)})
+            return 0
 
     async def wait_idle(self) -> None:
-        """Wait until no plan task runs (for tests and shutdown)."""
+        """Wait until no rollback is being driven (for tests and shutdown)."""
         while self._tasks:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
-    def _task_done(self, plan_id: int, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(plan_id, None)
+    def _task_done(self, name: str, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(name, None)
+        self._slots.pop(name, None)
         if not task.cancelled() and (exc := task.exception()) is not None:
-            failures = self._failures.get(plan_id, 0) + 1
-            self._failures[plan_id] = failures
-            delay = min(self._retry[0] * 2 ** (failures - 1), self._retry[1])
-            self._not_before[plan_id] = asyncio.get_running_loop().time() + delay
+            delay = self._retry[0]
+            self._not_before[name] = asyncio.get_running_loop().time() + delay
             log.error(
-                "plan execution stopped; it resumes later",
-                extra={"plan": plan_id, "error": repr(exc), "retry_in": delay},
+                "driving a rollback stopped; it resumes later",
+                extra={"rollback": name, "error": repr(exc), "retry_in": delay},
             )
-        else:
-            self._failures.pop(plan_id, None)
-            self._not_before.pop(plan_id, None)
         self.wakeup.set()
 
     async def _cancel_tasks(self) -> None:
@@ -292,230 +331,211 @@ class Executor:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    # ------------------------------------------------------------------ planning
-
-    async def _plan(self, alert: AlertRecord, view: ClusterView) -> None:
+    async def _retire(self) -> None:
+        """Delete finished NodeRollbacks past the retention period."""
         now = self._clock()
-        decision = decide(alert.alert, view, self._state, self._policy, now)
-        if decision.verdict == WAITS:
-            assert decision.refusal is not None
-            await self._defer(alert, decision.refusal)
+        retention = self._settings.rollback_retention
+        if now - self._retired_at < min(RETENTION_INTERVAL, retention):
             return
-        self._deferred.pop(alert.key, None)
-        if decision.refusal is not None:
-            await self._refuse(alert, decision.refusal)
-            return
-        outcome = decision.plan
-        assert outcome is not None
-        dry_run = self._settings.dry_run
-        state = PlanState.DRY_RUN if dry_run else PlanState.PENDING
-        plan_id = await self._journal.save_plan(alert.key, outcome, dry_run=dry_run, state=state)
-        self._state.accept(str(plan_id), outcome, now, running=not dry_run)
-        log.info(
-            "dry run: would execute a plan" if dry_run else "accepted a plan",
-            extra={
-                "plan": plan_id,
-                "action": outcome.action.value,
-                "node": outcome.node,
-                "wave": outcome.wave,
-                "steps": [s.kind.value for s in outcome.steps],
-            },
-        )
-        if dry_run:
-            for step in outcome.steps:
-                self.metrics.action(step.kind.value, "dry_run")
+        self._retired_at = now
+        for rollback in self.rollbacks.all():
+            finished = rollback.status.finished_at
+            expired = finished is not None and now - finished > retention
+            if not rollback.active and expired and await self._writes.delete(rollback):
+                log.info("deleted a finished rollback", extra={"rollback": rollback.name})
 
-    async def _refuse(self, alert: AlertRecord, refusal: Refusal) -> None:
-        dry_run = self._settings.dry_run
-        await self._journal.save_plan(alert.key, refusal, dry_run=dry_run, state=PlanState.REFUSED)
-        self.metrics.refusal(refusal.reason)
-        log.info(
-            "refused an alert",
-            extra={
-                "alert": alert.fingerprint,
-                "node": alert.alert.node,
-                "reason": refusal.reason,
-                "detail": refusal.detail,
-            },
-        )
-        await self._audit.on_node(
-            alert.alert.node,
-            reason="NodesyncRefused",
-            message=f"nodesync will not act on alert {alert.labels.get('alertname', '')} "
-            f"({alert.alert.action or 'no action'}): {refusal.reason}: {refusal.detail}",
-            type_="Warning",
-            key=alert_event_key(alert.key, "refused"),
-        )
+    # ------------------------------------------------------------------ driving one rollback
 
-    async def _defer(self, alert: AlertRecord, refusal: Refusal) -> None:
-        if self._deferred.get(alert.key) == refusal.reason:
-            return  # already reported; the alert is evaluated again at every pass
-        self._deferred[alert.key] = refusal.reason
-        self.metrics.refusal(refusal.reason)
-        log.info(
-            "holding an alert back",
-            extra={
-                "alert": alert.fingerprint,
-                "node": alert.alert.node,
-                "reason": refusal.reason,
-                "detail": refusal.detail,
-            },
-        )
-        await self._audit.on_node(
-            alert.alert.node,
-            reason="NodesyncWaiting",
-            message=f"nodesync holds alert {alert.labels.get('alertname', '')} "
-            f"({alert.alert.action}) back: {refusal.reason}: {refusal.detail}",
-            type_="Normal",
-            key=alert_event_key(alert.key, f"deferred/{refusal.reason}"),
-        )
+    def _wait_until(self, name: str, seconds: float) -> None:
+        self._not_before[name] = asyncio.get_running_loop().time() + seconds
 
-    # ------------------------------------------------------------------ execution
-
-    async def _execute(self, record: PlanRecord) -> None:
-        plan = record.plan
-        assert plan is not None
-        key = str(record.id)
-        if record.state is PlanState.PENDING:
-            alert = await self._journal.alert(record.alert_key)
-            if alert is None or alert.status == RESOLVED:
-                await self._journal.update_plan(
-                    record.id, PlanState.CANCELLED, "the alert resolved before the plan started"
-                )
-                self._state.release(key)
-                log.info("cancelled a plan: its alert resolved", extra={"plan": record.id})
-                return
-            await self._journal.update_plan(record.id, PlanState.RUNNING)
-        log.info("executing a plan", extra={"plan": record.id, "node": plan.node})
-        stop: _Stop | None = None
-        for step_record in record.steps:
-            if step_record.state in (StepState.DONE, StepState.SKIPPED):
-                continue
-            if step_record.state is StepState.FAILED:  # the controller stopped right after it
-                stop = _Stop(PlanState.FAILED, f"{step_record.step.kind.value} failed")
-                await self._skip_rest(record, step_record.index, stop.reason)
-                break
-            outcome = await self._run_step(record, step_record.index, step_record.attempts)
-            if outcome.stop is not None:
-                stop = _Stop(outcome.stop, outcome.reason)
-                await self._skip_rest(record, step_record.index, outcome.reason)
-                break
-        if stop is not None and stop.reason == RECOVERED:
-            await self._undo(record)
-        final = stop or _Stop(PlanState.DONE, "")
-        await self._journal.update_plan(record.id, final.state, final.reason)
-        current = await self._journal.plan(record.id)
-        if final.state is PlanState.CANCELLED and current is not None and not _touched(current):
-            self._state.release(key)
-        else:
-            self._state.finish(key)
-        log.info(
-            "plan finished",
-            extra={"plan": record.id, "state": final.state.value, "reason": final.reason},
-        )
-
-    async def _run_step(self, record: PlanRecord, index: int, attempts: int) -> StepOutcome:
-        plan = record.plan
-        assert plan is not None
-        step = plan.steps[index]
-        backoff = Backoff(*self._retry)
+    async def _drive(self, name: str) -> None:
+        """Run the rollback's steps until it ends or waits."""
+        self._not_before.pop(name, None)
         while True:
-            attempts += 1
-            try:
-                outcome = await self._steps.run(record.id, plan, record.created_at, step)
-            except StepError as exc:
-                detail = describe_error(exc.error)
-                if exc.error.retryable and attempts < STEP_ATTEMPTS:
-                    await self._journal.update_step(
-                        record.id, index, StepState.PENDING, detail, attempts
-                    )
-                    log.warning(
-                        "step failed; retrying",
-                        extra={"plan": record.id, "step": step.kind.value, "error": detail},
-                    )
-                    await self._sleep(backoff.next())
-                    continue
-                log.warning(
-                    "step failed",
-                    extra={"plan": record.id, "step": step.kind.value, "error": detail},
-                )
-                outcome = StepOutcome(
-                    StepState.FAILED, detail, exc.target, reason=API_ERROR, stop=PlanState.FAILED
-                )
-            await self._audit.step(record.id, index, step.kind, outcome)
-            await self._journal.update_step(
-                record.id, index, outcome.state, outcome.detail, attempts
-            )
-            self.metrics.action(step.kind.value, outcome.state.value)
-            log.info(
-                "step finished",
-                extra={
-                    "plan": record.id,
-                    "step": step.kind.value,
-                    "node": step.node,
-                    "state": outcome.state.value,
-                    "detail": outcome.detail,
-                },
-            )
-            return outcome
-
-    async def _skip_rest(self, record: PlanRecord, index: int, reason: str) -> None:
-        for later in record.steps[index + 1 :]:
-            if later.state is StepState.PENDING:
-                await self._journal.update_step(
-                    record.id, later.index, StepState.SKIPPED, f"plan stopped: {reason}"
-                )
-                self.metrics.action(later.step.kind.value, StepState.SKIPPED.value)
-
-    async def _undo(self, record: PlanRecord) -> None:
-        """The node recovered before it was drained: give it back to the scheduler, undoing
-        only what this plan did (its own taint; the cordon only if it cordoned the node)."""
-        current = await self._journal.plan(record.id)
-        if current is None:
-            return
-        node = record.node
-        done = {s.step.kind: s for s in current.steps if s.state is StepState.DONE}
-        undone: list[str] = []
-        try:
-            if StepKind.TAINT in done:
-                result = await self._writer.remove_taint(node, ROLLBACK_TAINT.key)
-                if result.changed:
-                    undone.append(f"removed taint {ROLLBACK_TAINT.key}")
-            cordon = done.get(StepKind.CORDON)
-            if cordon is not None and cordon.detail == CORDONED_BY_NODESYNC:
-                result = await self._writer.uncordon(node)
-                if result.changed:
-                    undone.append("uncordoned")
-            if not undone:
+            rollback = await self._writes.get(name)
+            if rollback is None or not rollback.active:
                 return
-            live = await self._writer.get_node(node)
-            await self._writer.record_event(
-                kind="Node",
-                namespace="",
-                name=node,
-                uid=live.uid if live is not None else "",
-                reason="NodesyncUndone",
-                message=f"plan {record.id}: the node recovered before it was drained: "
-                + ", ".join(undone),
-                type="Normal",
-                key=f"plan/{record.id}/undo",
+            rollback = await self._bring_up_to_date(rollback)
+            if rollback is None:
+                return
+            index = current_step(rollback.status)
+            if index is None:
+                return  # bring_up_to_date ended it
+            if not await self._step(rollback, index):
+                return
+
+    async def _bring_up_to_date(self, rollback: NodeRollback) -> NodeRollback | None:
+        """Write the first status of a rollback created without one, replan an escalated one,
+        cancel one whose alerts all resolved before it started."""
+        status = rollback.status
+        if status.observed_generation == 0:
+            fresh = initial_status(rollback.spec, rollback.generation)
+            return await self._writes.change_status(
+                rollback.name, lambda r: fresh if r.status.observed_generation == 0 else None
             )
-        except KubeError as exc:
+        if rollback.generation > status.observed_generation:
+            log.info("replanning an escalated rollback", extra={"rollback": rollback.name})
+            return await self._writes.change_status(
+                rollback.name, lambda r: replan(r.status, r.spec, r.generation)
+            )
+        if status.phase is Phase.PENDING and not touched(status) and await self._resolved(rollback):
+            await self._audit.stopped(
+                rollback,
+                "NodesyncCancelled",
+                "every alert of the rollback resolved before it started",
+            )
+            now = self._clock()
+            return await self._writes.change_status(
+                rollback.name,
+                lambda r: cancel(r.status, ALERT_RESOLVED, "its alerts resolved", now),
+            )
+        return rollback
+
+    async def _resolved(self, rollback: NodeRollback) -> bool:
+        """Every trigger of the rollback resolved, as this replica's journal knows (an alert it
+        never received may still fire: then the rollback goes on)."""
+        for trigger in rollback.status.triggers:
+            alert = await self._journal.alert((trigger.fingerprint, trigger.starts_at))
+            if alert is None or alert.status != RESOLVED:
+                return False
+        return True
+
+    async def _step(self, rollback: NodeRollback, index: int) -> bool:
+        """Step ``index``: re-check, record the intent, act, record the outcome. True when the
+        driver should go on with the next step."""
+        name = rollback.name
+        try:
+            pre = await self._steps.precheck(rollback, index)
+            if isinstance(pre, StepResult):
+                return await self._finish(rollback, index, pre)
+            if isinstance(pre, Wait):
+                await self._wait(rollback, index, pre)
+                return False
+            started: NodeRollback | None = rollback
+            if rollback.status.steps[index].state is StepState.PENDING:
+                now = self._clock()  # the intent, before the effect
+                started = await self._writes.change_status(
+                    name, lambda r: start_step(r.status, index, now, pre.observed)
+                )
+            # else: running already (its intent recorded): resumed after a wait or a restart
+            if started is None:
+                return False
+            outcome = await self._steps.execute(started, index)
+        except StepError as exc:
+            return await self._failed_call(rollback, index, exc)
+        if isinstance(outcome, Wait):
+            await self._wait(started, index, outcome)
+            return False
+        return await self._finish(started, index, outcome)
+
+    async def _wait(
+        self, rollback: NodeRollback, index: int, wait: Wait, *, failed_attempt: bool = False
+    ) -> None:
+        """Record the wait (only when it starts or changes: polling writes nothing) and come
+        back to the rollback after ``wait.retry_in``."""
+        step = rollback.status.steps[index]
+        if failed_attempt or (rollback.status.phase, step.reason, step.message) != (
+            Phase.WAITING,
+            wait.reason,
+            wait.message,
+        ):
+            until = self._clock() + wait.retry_in
+            await self._writes.change_status(
+                rollback.name,
+                lambda r: wait_step(
+                    r.status,
+                    index,
+                    wait.reason,
+                    wait.message,
+                    until,
+                    failed_attempt=failed_attempt,
+                ),
+            )
+            log.info(
+                "rollback waits",
+                extra={"rollback": rollback.name, "reason": wait.reason, "detail": wait.message},
+            )
+        self._wait_until(rollback.name, wait.retry_in)
+
+    async def _failed_call(self, rollback: NodeRollback, index: int, exc: StepError) -> bool:
+        detail = f"API error {exc.error.code} {exc.error.reason}: {exc.error.message}"[:500]
+        attempts = rollback.status.steps[index].attempts
+        if exc.error.retryable and attempts < STEP_ATTEMPTS:
+            delay = Backoff(*self._retry).next() * 2 ** max(0, attempts - 1)
             log.warning(
-                "could not give a recovered node back", extra={"node": node, "error": str(exc)}
+                "step failed; retrying",
+                extra={"rollback": rollback.name, "step": index, "error": detail},
             )
-            self.metrics.action("undo", StepState.FAILED.value)
-            return
-        self.metrics.action("undo", StepState.DONE.value)
+            wait = Wait(API_ERROR, detail, min(delay, self._retry[1]))
+            await self._wait(rollback, index, wait, failed_attempt=True)
+            return False
+        log.warning(
+            "step failed", extra={"rollback": rollback.name, "step": index, "error": detail}
+        )
+        result = StepResult(StepState.FAILED, detail, reason=API_ERROR, stop=Phase.FAILED)
+        return await self._finish(rollback, index, result, target=exc.target)
 
-    def _lease_renew_time(self, node: str) -> float | None:
-        """The node's last Lease renewal as the cluster watch saw it."""
-        return self._cluster.lease_renew_time(node)
+    async def _finish(
+        self,
+        rollback: NodeRollback,
+        index: int,
+        result: StepResult,
+        *,
+        target: ObjectRef | None = None,
+    ) -> bool:
+        """Record the outcome: the Event first (named after the rollback's uid, so a second
+        record is refused), then the status; a recovered node is given back before."""
+        kind = rollback.status.steps[index].kind
+        await self._audit.step(rollback, index, result.state, result.message, target)
+        if result.stop is Phase.CANCELLED and result.reason == RECOVERED:
+            undone = await self._steps.undo(rollback)
+            if undone:
+                await self._audit.stopped(
+                    rollback,
+                    "NodesyncUndone",
+                    "the node recovered before the rollback finished: " + ", ".join(undone),
+                )
+                self.metrics.action("undo", StepState.DONE.value)
+        now = self._clock()
 
+        def finished(current: NodeRollback) -> RollbackStatus | None:
+            if current.status.steps[index].state in FINISHED_STEP_STATES:
+                return None
+            return finish_step(current.status, index, result, now)
 
-def _touched(record: PlanRecord) -> bool:
-    """Some step of the plan acted (its node counts against the blast radius)."""
-    return any(s.state in (StepState.DONE, StepState.FAILED) for s in record.steps)
+        written = await self._writes.change_status(rollback.name, finished)
+        self.metrics.action(kind.value, result.state.value)
+        log_level = logging.WARNING if result.state is StepState.FAILED else logging.INFO
+        log.log(
+            log_level,
+            "step finished",
+            extra={
+                "rollback": rollback.name,
+                "step": kind.value,
+                "node": rollback.spec.node,
+                "state": result.state.value,
+                "detail": result.message,
+            },
+        )
+        if written is None or not written.active:
+            await self._ended(written or rollback)
+            return False
+        return True
+
+    async def _ended(self, rollback: NodeRollback) -> None:
+        status = rollback.status
+        if status.action_required:
+            await self._audit.stopped(rollback, "NodesyncActionRequired", status.action_required)
+        log.info(
+            "rollback finished",
+            extra={
+                "rollback": rollback.name,
+                "phase": status.phase.value,
+                "reason": status.reason,
+                "action_required": status.action_required,
+            },
+        )
 
 
 # ---------------------------------------------------------------- the controller app
@@ -553,20 +573,27 @@ async def _executor_ctx(settings: ExecutorSettings, app: web.Application) -> Asy
             namespace=settings.leader_elect_namespace,
             name=settings.leader_elect_name,
             identity=settings.leader_identity,
+            lease_duration=settings.leader_elect_lease_duration,
+            renew_deadline=settings.leader_elect_renew_deadline,
+            retry_period=settings.leader_elect_retry_period,
         )
         if settings.leader_elect
         else None
     )
+    rollbacks = RollbackWatch(api)
     metrics = RollbackMetrics(REFUSAL_REASONS)
     executor = Executor(
         app[JOURNAL],
         writer,
+        RollbackWrites(api, limiter=limiter),
+        rollbacks,
         app[CLUSTER],
         settings,
         metrics,
         leadership=elector,
         wakeup=app.get(ALERTS_RECORDED),
         limiter=limiter,
+        identity=settings.leader_identity,
     )
     app[EXECUTOR] = executor
     collector = SnapshotCollector(lambda: metrics.families(executor.status()))
@@ -575,10 +602,23 @@ async def _executor_ctx(settings: ExecutorSettings, app: web.Application) -> Asy
     tasks = [asyncio.create_task(executor.run(), name="rollback-executor")]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
+    tasks.append(asyncio.create_task(rollbacks.run(), name="noderollbacks-watch"))
     try:
         yield
     finally:
-        for task in tasks:  # the executor stops first, then the elector releases the Lease
+        # The executor stops first (a step cut short stays recorded running, for the next
+        # leader to re-check), decides what the webhook acknowledged (no new delivery comes:
+        # the server is closed by now), then the elector releases the Lease.
+        executor_task, *others = tasks
+        executor_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await executor_task
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(DRAIN_TIMEOUT):
+                decided = await executor.drain()
+                if decided:
+                    log.info("decided the last alerts before stopping", extra={"alerts": decided})
+        for task in others:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -1,4 +1,5 @@
-"""The controller's durable journal: every received alert, and the plans made for them.
+"""The controller's durable journal: the webhook's intake. Every received alert, and what was
+decided about it.
 
 One SQLite file (WAL, ``synchronous=FULL``), one connection used by one dedicated thread: every
 method runs its SQL there, so the event loop never waits for a disk flush, and writes are
@@ -10,8 +11,14 @@ Alerts are keyed by (fingerprint, startsAt): Alertmanager re-sends every alert o
 each notification, HA pairs deliver duplicates, and 5xx answers are retried, but one firing
 episode keeps its key. A key is recorded once; later copies only move ``last_seen_at``, or mark
 the alert resolved. A resolved alert never fires again (a new episode has a new startsAt).
-At most one plan exists per alert key (``save_plan`` is idempotent), with its steps' states, so
-an executor that restarts resumes where it stopped.
+At most one decision exists per alert key (``save_decision`` is idempotent): the plan, join or
+escalation became (or named) a NodeRollback, whose status in the API server is the record of
+the rollback itself; a refusal or a dry run is recorded here only. The journal is local to one
+controller replica: what it holds that no NodeRollback records yet (alerts acknowledged, not yet
+decided) is what a replica's death can delay (docs/install.md).
+
+Counts for the metrics are kept as the writes change them (counted once at open), so a write
+costs the same however much the journal holds.
 """
 
 from __future__ import annotations
@@ -23,22 +30,22 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from exporter.model.alerts import ACTION_LABEL, FIRING, NODE_LABEL, RESOLVED, Alert, WebhookPayload
-from exporter.model.rollback import Action, Plan, PlanState, Refusal, Step, StepKind, StepState
+from exporter.model.alerts import FIRING, RESOLVED, Alert, WebhookPayload
+from exporter.model.decision import VERDICTS, WAITS
 
 T = TypeVar("T")
 
 AlertKey = tuple[str, float]
 
-#: Plans in these states are finished: nothing will act on them any more.
-TERMINAL_PLAN_STATES = frozenset(
-    {PlanState.DONE, PlanState.FAILED, PlanState.REFUSED, PlanState.DRY_RUN, PlanState.CANCELLED}
-)
+#: A decision's verdict, beyond those of exporter.model.decision: planned in a dry run.
+DRY_RUN = "dry_run"
+#: The verdicts a decision is stored with (a wait is not a decision: it is decided again).
+DECISION_VERDICTS = (*(v for v in VERDICTS if v != WAITS), DRY_RUN)
 
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (  # version 1
@@ -104,6 +111,37 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (plan_id, idx)
         )""",
     ),
+    (  # version 2: rollbacks live in the API server (NodeRollback objects); the journal keeps
+        # the intake and the decisions. A plan of version 1 becomes its alert's decision (so
+        # the alert is not decided again); its steps are not carried over: upgrade with no
+        # rollback running (docs/upgrade.md).
+        """CREATE TABLE decisions (
+            fingerprint TEXT NOT NULL,
+            starts_at REAL NOT NULL,
+            verdict TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            rollback TEXT NOT NULL,
+            node TEXT NOT NULL,
+            action TEXT NOT NULL,
+            decided_at REAL NOT NULL,
+            wave TEXT NOT NULL,
+            PRIMARY KEY (fingerprint, starts_at),
+            FOREIGN KEY (fingerprint, starts_at)
+                REFERENCES alerts (fingerprint, starts_at) ON DELETE CASCADE
+        )""",
+        "CREATE INDEX decisions_by_verdict ON decisions (verdict, decided_at)",
+        """INSERT INTO decisions
+            SELECT fingerprint, starts_at,
+                CASE WHEN refusal_reason IS NOT NULL THEN 'refused'
+                     WHEN dry_run THEN 'dry_run' ELSE 'plan' END,
+                CASE WHEN refusal_reason IS NOT NULL THEN refusal_reason
+                     WHEN dry_run THEN 'plan' ELSE '' END,
+                COALESCE(refusal_detail, ''), '', node, action, created_at, wave
+            FROM plans""",
+        "DROP TABLE steps",
+        "DROP TABLE plans",
+    ),
 )
 
 #: The schema version this code writes; a journal with a newer one is refused.
@@ -162,43 +200,19 @@ class AlertRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class StepRecord:
-    index: int
-    step: Step
-    state: StepState
-    detail: str
-    attempts: int
-    updated_at: float
+class DecisionRecord:
+    """What was decided about one alert episode: the verdict (exporter.model.decision's, or
+    ``dry_run``), the refusal's reason and detail, the NodeRollback it made or joined."""
 
-
-@dataclass(frozen=True, slots=True)
-class PlanRecord:
-    id: int
     alert_key: AlertKey
-    action: Action  # NONE when the alert's label is not an action (a refusal's alert)
-    node: str
-    state: PlanState
+    verdict: str
     reason: str
-    dry_run: bool
-    created_at: float
-    updated_at: float
-    steps: tuple[StepRecord, ...]
-    refusal: Refusal | None
+    detail: str
+    rollback: str
+    node: str
+    action: str
+    decided_at: float
     wave: str = ""
-
-    @property
-    def plan(self) -> Plan | None:
-        """The plan as it was saved (None for a refusal)."""
-        if self.refusal is not None:
-            return None
-        return Plan(
-            action=self.action,
-            node=self.node,
-            steps=tuple(s.step for s in self.steps),
-            alert_fingerprint=self.alert_key[0],
-            alert_starts_at=self.alert_key[1],
-            wave=self.wave,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,15 +233,16 @@ class DeliveryRecord:
 
 @dataclass(frozen=True, slots=True)
 class JournalCounts:
-    """Alerts by status (``firing``, ``resolved``), plans by state (every state), deliveries."""
+    """Alerts by status (``firing``, ``resolved``), decisions by verdict (every verdict),
+    deliveries."""
 
     alerts: Mapping[str, int]
-    plans: Mapping[PlanState, int]
+    decisions: Mapping[str, int]
     deliveries: int
 
 
 EMPTY_COUNTS = JournalCounts(
-    alerts={FIRING: 0, RESOLVED: 0}, plans={s: 0 for s in PlanState}, deliveries=0
+    alerts={FIRING: 0, RESOLVED: 0}, decisions=dict.fromkeys(DECISION_VERDICTS, 0), deliveries=0
 )
 
 
@@ -260,7 +275,7 @@ class Journal:
             raise
         journal = cls(executor, conn, clock)
         try:
-            await journal._run(_refresh_counts, journal)
+            journal._counts = await journal._run(_counts)
         except BaseException:
             await journal.close()
             raise
@@ -293,23 +308,20 @@ class Journal:
             self._executor, _guarded(functools.partial(fn, self._conn, *args))
         )
 
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a write transaction, then refresh the counts (in the same job)."""
-
-        def job(conn: sqlite3.Connection, *inner: Any) -> T:
-            result = fn(conn, *inner)
-            _refresh_counts(conn, self)
-            return result
-
-        return await self._run(job, *args)
-
     async def record(self, payload: WebhookPayload, *, received_at: float) -> RecordResult:
         """Record one delivery and its alerts in one transaction, committed before returning."""
-        return await self._write(_record, payload, received_at)
+        result = await self._run(_record, payload, received_at)
+        c = self._counts
+        resolved_known = result.resolved - (result.new - result.new_firing)
+        alerts = dict(c.alerts)
+        alerts[FIRING] += result.new_firing - resolved_known
+        alerts[RESOLVED] += result.resolved
+        self._counts = JournalCounts(alerts, c.decisions, c.deliveries + 1)
+        return result
 
-    async def alerts_to_plan(self, limit: int = 1000) -> list[AlertRecord]:
-        """Firing alerts without a plan, oldest first."""
-        return await self._run(_alerts_to_plan, limit)
+    async def alerts_to_decide(self, limit: int = 1000) -> list[AlertRecord]:
+        """Firing alerts without a decision, oldest first."""
+        return await self._run(_alerts_to_decide, limit)
 
     async def alert(self, key: AlertKey) -> AlertRecord | None:
         return await self._run(_alert, key)
@@ -318,44 +330,36 @@ class Journal:
         """The latest deliveries, newest first."""
         return await self._run(_deliveries, limit)
 
-    async def save_plan(
-        self, alert_key: AlertKey, outcome: Plan | Refusal, *, dry_run: bool, state: PlanState
-    ) -> int:
-        """Store the plan (or refusal) for an alert, its steps pending; returns the plan id.
-        Idempotent: if the alert has a plan already, that plan's id is returned unchanged.
-        A refusal's action and node come from the alert's labels; its reason becomes the
-        plan's reason. Raises KeyError for an unknown alert."""
-        return await self._write(_save_plan, alert_key, outcome, dry_run, state, self._clock())
+    async def save_decision(self, decision: DecisionRecord) -> DecisionRecord:
+        """Store the decision about an alert; returns the stored one. Idempotent: if the alert
+        has a decision already, that one is returned unchanged. Raises KeyError for an
+        unknown alert, ValueError for an unknown verdict."""
+        if decision.verdict not in DECISION_VERDICTS:
+            raise ValueError(f"unknown verdict {decision.verdict!r}")
+        stored, new = await self._run(_save_decision, decision)
+        if new:
+            c = self._counts
+            decisions = dict(c.decisions)
+            decisions[stored.verdict] += 1
+            self._counts = JournalCounts(c.alerts, decisions, c.deliveries)
+        return stored
 
-    async def plan(self, plan_id: int) -> PlanRecord | None:
-        return await self._run(_plan, plan_id)
+    async def decision(self, key: AlertKey) -> DecisionRecord | None:
+        return await self._run(_decision, key)
 
-    async def plans(self, states: Collection[PlanState] | None = None) -> list[PlanRecord]:
-        """Plans (in these states), in the order they were made."""
-        return await self._run(_plans, None if states is None else tuple(states))
-
-    async def update_plan(self, plan_id: int, state: PlanState, reason: str = "") -> None:
-        """Raises KeyError for an unknown plan."""
-        await self._write(_update_plan, plan_id, state, reason, self._clock())
-
-    async def update_step(
-        self,
-        plan_id: int,
-        index: int,
-        state: StepState,
-        detail: str = "",
-        attempts: int | None = None,
-    ) -> None:
-        """``attempts`` None keeps the stored count. Raises KeyError for an unknown step."""
-        await self._write(_update_step, plan_id, index, state, detail, attempts, self._clock())
+    async def decisions(self, verdict: str | None = None) -> list[DecisionRecord]:
+        """Decisions (with this verdict), in the order they were made."""
+        return await self._run(_decisions, verdict)
 
     async def counts(self) -> JournalCounts:
         return await self._run(_counts)
 
     async def prune(self, before: float) -> int:
-        """Forget deliveries received before ``before``, and alerts last seen before it whose
-        plan is finished (or that have none), with their plans. Returns the alerts removed."""
-        return await self._write(_prune, before)
+        """Forget deliveries received before ``before``, and alerts last seen before it (with
+        their decisions). Returns the alerts removed."""
+        removed = await self._run(_prune, before)
+        self._counts = await self._run(_counts)
+        return removed
 
 
 def _guarded(fn: Callable[[], T]) -> Callable[[], T]:
@@ -514,11 +518,11 @@ def _alert_record(row: tuple[Any, ...]) -> AlertRecord:
     )
 
 
-def _alerts_to_plan(conn: sqlite3.Connection, limit: int) -> list[AlertRecord]:
+def _alerts_to_decide(conn: sqlite3.Connection, limit: int) -> list[AlertRecord]:
     rows = conn.execute(
         f"SELECT {_ALERT_COLUMNS} FROM alerts AS a WHERE status = ? AND NOT EXISTS"
-        " (SELECT 1 FROM plans AS p WHERE p.fingerprint = a.fingerprint"
-        " AND p.starts_at = a.starts_at)"
+        " (SELECT 1 FROM decisions AS d WHERE d.fingerprint = a.fingerprint"
+        " AND d.starts_at = a.starts_at)"
         " ORDER BY received_at, starts_at, fingerprint LIMIT ?",
         (FIRING, limit),
     ).fetchall()
@@ -541,186 +545,82 @@ def _deliveries(conn: sqlite3.Connection, limit: int) -> list[DeliveryRecord]:
     return [DeliveryRecord(*r) for r in rows]
 
 
-def _action(value: str) -> Action:
-    try:
-        return Action(value)
-    except ValueError:
-        return Action.NONE
-
-
-def _save_plan(
-    conn: sqlite3.Connection,
-    key: AlertKey,
-    outcome: Plan | Refusal,
-    dry_run: bool,
-    state: PlanState,
-    now: float,
-) -> int:
-    if isinstance(outcome, Plan) and (outcome.alert_fingerprint, outcome.alert_starts_at) != key:
-        raise ValueError(f"the plan is for alert {outcome.alert_fingerprint!r}, not {key!r}")
-    with _transaction(conn):
-        existing = conn.execute(
-            "SELECT id FROM plans WHERE fingerprint = ? AND starts_at = ?", key
-        ).fetchone()
-        if existing is not None:
-            return int(existing[0])
-        alert_row = conn.execute(
-            "SELECT labels FROM alerts WHERE fingerprint = ? AND starts_at = ?", key
-        ).fetchone()
-        if alert_row is None:
-            raise KeyError(f"no alert {key!r} in the journal")
-        refusal: tuple[str | None, str | None]
-        if isinstance(outcome, Plan):
-            action, node, wave = outcome.action.value, outcome.node, outcome.wave
-            steps, reason, refusal = outcome.steps, "", (None, None)
-        else:
-            labels = json.loads(alert_row[0])
-            action, node, wave = labels.get(ACTION_LABEL, ""), labels.get(NODE_LABEL, ""), ""
-            steps, reason, refusal = (), outcome.reason, (outcome.reason, outcome.detail)
-        plan_id = conn.execute(
-            "INSERT INTO plans (fingerprint, starts_at, action, node, wave, state, reason,"
-            " dry_run, refusal_reason, refusal_detail, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (*key, action, node, wave, state.value, reason, dry_run, *refusal, now, now),
-        ).lastrowid
-        conn.executemany(
-            "INSERT INTO steps (plan_id, idx, kind, node, namespace, pod, pod_uid, state,"
-            " detail, attempts, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', 0, ?)",
-            [
-                (
-                    plan_id,
-                    i,
-                    s.kind.value,
-                    s.node,
-                    s.namespace,
-                    s.pod,
-                    s.pod_uid,
-                    StepState.PENDING.value,
-                    now,
-                )
-                for i, s in enumerate(steps)
-            ],
-        )
-    assert plan_id is not None
-    return plan_id
-
-
-_PLAN_COLUMNS = (
-    "id, fingerprint, starts_at, action, node, wave, state, reason, dry_run, refusal_reason,"
-    " refusal_detail, created_at, updated_at"
+_DECISION_COLUMNS = (
+    "fingerprint, starts_at, verdict, reason, detail, rollback, node, action, decided_at, wave"
 )
 
 
-def _plan_records(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> list[PlanRecord]:
-    records = []
-    for row in rows:
-        steps = conn.execute(
-            "SELECT idx, kind, node, namespace, pod, pod_uid, state, detail, attempts, updated_at"
-            " FROM steps WHERE plan_id = ? ORDER BY idx",
-            (row[0],),
-        ).fetchall()
-        records.append(
-            PlanRecord(
-                id=row[0],
-                alert_key=(row[1], row[2]),
-                action=_action(row[3]),
-                node=row[4],
-                wave=row[5],
-                state=PlanState(row[6]),
-                reason=row[7],
-                dry_run=bool(row[8]),
-                refusal=None if row[9] is None else Refusal(row[9], row[10] or ""),
-                created_at=row[11],
-                updated_at=row[12],
-                steps=tuple(
-                    StepRecord(
-                        index=s[0],
-                        step=Step(StepKind(s[1]), s[2], s[3], s[4], s[5]),
-                        state=StepState(s[6]),
-                        detail=s[7],
-                        attempts=s[8],
-                        updated_at=s[9],
-                    )
-                    for s in steps
-                ),
-            )
+def _decision_record(row: tuple[Any, ...]) -> DecisionRecord:
+    return DecisionRecord((row[0], row[1]), *row[2:])
+
+
+def _save_decision(
+    conn: sqlite3.Connection, decision: DecisionRecord
+) -> tuple[DecisionRecord, bool]:
+    key = decision.alert_key
+    with _transaction(conn):
+        existing = conn.execute(
+            f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE fingerprint = ? AND starts_at = ?",
+            key,
+        ).fetchone()
+        if existing is not None:
+            return _decision_record(existing), False
+        known = conn.execute(
+            "SELECT 1 FROM alerts WHERE fingerprint = ? AND starts_at = ?", key
+        ).fetchone()
+        if known is None:
+            raise KeyError(f"no alert {key!r} in the journal")
+        conn.execute(
+            f"INSERT INTO decisions ({_DECISION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                *key,
+                decision.verdict,
+                decision.reason,
+                decision.detail,
+                decision.rollback,
+                decision.node,
+                decision.action,
+                decision.decided_at,
+                decision.wave,
+            ),
         )
-    return records
+    return decision, True
 
 
-def _plan(conn: sqlite3.Connection, plan_id: int) -> PlanRecord | None:
-    rows = conn.execute(f"SELECT {_PLAN_COLUMNS} FROM plans WHERE id = ?", (plan_id,)).fetchall()
-    records = _plan_records(conn, rows)
-    return records[0] if records else None
+def _decision(conn: sqlite3.Connection, key: AlertKey) -> DecisionRecord | None:
+    row = conn.execute(
+        f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE fingerprint = ? AND starts_at = ?", key
+    ).fetchone()
+    return None if row is None else _decision_record(row)
 
 
-def _plans(conn: sqlite3.Connection, states: tuple[PlanState, ...] | None) -> list[PlanRecord]:
-    if states is None:
-        rows = conn.execute(f"SELECT {_PLAN_COLUMNS} FROM plans ORDER BY id").fetchall()
-    else:
-        marks = ", ".join("?" * len(states))
+def _decisions(conn: sqlite3.Connection, verdict: str | None) -> list[DecisionRecord]:
+    if verdict is None:
         rows = conn.execute(
-            f"SELECT {_PLAN_COLUMNS} FROM plans WHERE state IN ({marks}) ORDER BY id",
-            [s.value for s in states],
+            f"SELECT {_DECISION_COLUMNS} FROM decisions ORDER BY decided_at, rowid"
         ).fetchall()
-    return _plan_records(conn, rows)
-
-
-def _update_plan(
-    conn: sqlite3.Connection, plan_id: int, state: PlanState, reason: str, now: float
-) -> None:
-    with _transaction(conn):
-        changed = conn.execute(
-            "UPDATE plans SET state = ?, reason = ?, updated_at = ? WHERE id = ?",
-            (state.value, reason, now, plan_id),
-        ).rowcount
-        if changed == 0:
-            raise KeyError(f"no plan {plan_id} in the journal")
-
-
-def _update_step(
-    conn: sqlite3.Connection,
-    plan_id: int,
-    index: int,
-    state: StepState,
-    detail: str,
-    attempts: int | None,
-    now: float,
-) -> None:
-    with _transaction(conn):
-        changed = conn.execute(
-            "UPDATE steps SET state = ?, detail = ?, attempts = coalesce(?, attempts),"
-            " updated_at = ? WHERE plan_id = ? AND idx = ?",
-            (state.value, detail, attempts, now, plan_id, index),
-        ).rowcount
-        if changed == 0:
-            raise KeyError(f"no step {index} of plan {plan_id} in the journal")
-        conn.execute("UPDATE plans SET updated_at = ? WHERE id = ?", (now, plan_id))
+    else:
+        rows = conn.execute(
+            f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE verdict = ?"
+            " ORDER BY decided_at, rowid",
+            (verdict,),
+        ).fetchall()
+    return [_decision_record(r) for r in rows]
 
 
 def _counts(conn: sqlite3.Connection) -> JournalCounts:
     alerts = dict(EMPTY_COUNTS.alerts)
     alerts.update(conn.execute("SELECT status, count(*) FROM alerts GROUP BY status").fetchall())
-    plans = dict(EMPTY_COUNTS.plans)
-    for state, n in conn.execute("SELECT state, count(*) FROM plans GROUP BY state"):
-        plans[PlanState(state)] = n
+    decisions = dict(EMPTY_COUNTS.decisions)
+    for verdict, n in conn.execute("SELECT verdict, count(*) FROM decisions GROUP BY verdict"):
+        if verdict in decisions:
+            decisions[verdict] = n
     (deliveries,) = conn.execute("SELECT count(*) FROM deliveries").fetchone()
-    return JournalCounts(alerts=alerts, plans=plans, deliveries=deliveries)
-
-
-def _refresh_counts(conn: sqlite3.Connection, journal: Journal) -> None:
-    journal._counts = _counts(conn)
+    return JournalCounts(alerts=alerts, decisions=decisions, deliveries=deliveries)
 
 
 def _prune(conn: sqlite3.Connection, before: float) -> int:
-    active = [s.value for s in PlanState if s not in TERMINAL_PLAN_STATES]
-    marks = ", ".join("?" * len(active))
     with _transaction(conn):
         conn.execute("DELETE FROM deliveries WHERE received_at < ?", (before,))
-        removed = conn.execute(
-            "DELETE FROM alerts AS a WHERE last_seen_at < ? AND NOT EXISTS"
-            " (SELECT 1 FROM plans AS p WHERE p.fingerprint = a.fingerprint"
-            f" AND p.starts_at = a.starts_at AND p.state IN ({marks}))",
-            (before, *active),
-        ).rowcount
+        removed = conn.execute("DELETE FROM alerts WHERE last_seen_at < ?", (before,)).rowcount
     return removed

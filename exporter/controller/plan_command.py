@@ -1,12 +1,13 @@
 """``nodesync plan``: what the rollback hook would do with a webhook payload, against the live
 cluster, without changing anything.
 
-It reads an Alertmanager webhook payload (a file, or ``-`` for stdin), lists the Nodes and node
-Leases once (reads only), and runs each alert through the planner and the guards in the order of
-the payload, as the controller would with a fresh budget (the journal's earlier rollbacks are not
-counted; waves are judged from the nodes that exist now, so a wave that lost nodes counts fewer
-and its cap is smaller). It prints the plan or the refusal per alert, and the blast-radius budget
-those plans would use; ``--output json`` prints the same as one JSON document.
+It reads an Alertmanager webhook payload (a file, or ``-`` for stdin), lists the Nodes, node
+Leases and NodeRollbacks once (reads only), and decides each alert in the order of the payload
+exactly as the controller would (exporter.model.decision), counting the NodeRollbacks in the
+cluster in the budget (waves are judged from the nodes that exist now, so a wave that lost nodes
+counts fewer and its cap is smaller). It prints per alert the NodeRollback it would create (or
+join, or escalate) or the refusal, and the blast-radius budget those would use; ``--output json``
+prints the same as one JSON document, each NodeRollback as the object it would create.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,11 +24,21 @@ from exporter.controller.settings import PlanSettings
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, load_configuration
 from exporter.kube.convert import ConversionError, lease_info, node_info
-from exporter.kube.errors import KubeError
+from exporter.kube.errors import KubeError, NotFound
+from exporter.kube.noderollbacks import NODEROLLBACKS, node_rollback, object_json
 from exporter.kube.resources import LEASES, NODES
 from exporter.model.alerts import Alert, WebhookPayload
 from exporter.model.clusterview import ClusterView, build_view
-from exporter.model.decision import PLAN, REFUSED, WAITS, Decision
+from exporter.model.decision import (
+    ESCALATE,
+    JOIN,
+    PLAN,
+    REFUSED,
+    VERDICTS,
+    WAITS,
+    Decision,
+    new_rollback,
+)
 from exporter.model.decision import decide as decide_alert
 from exporter.model.guards import (
     Budget,
@@ -39,7 +50,7 @@ from exporter.model.guards import (
 )
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
 from exporter.model.payload import PayloadError, parse_payload
-from exporter.model.rollback import Plan, StepKind
+from exporter.model.rollback import NodeRollback, Plan, StepKind
 
 # API writes a step makes when it has something to do, besides its Event (a drain also evicts
 # each pod on the node, which only the live list at execution time tells).
@@ -60,6 +71,7 @@ class Report:
     budget: Budget
     correlated: CorrelatedFailure
     policy: GuardPolicy
+    created: Mapping[int, NodeRollback] = field(default_factory=dict)  # by decision index
 
     @property
     def delete_nodes(self) -> bool:
@@ -77,27 +89,40 @@ class Report:
         )
 
 
-def decide(alerts: Iterable[Alert], view: ClusterView, policy: GuardPolicy, now: float) -> Report:
-    """The planner and the guards over the alerts, in order, from a fresh budget (pure)."""
-    state = GuardState()
+def decide(
+    alerts: Iterable[Alert],
+    view: ClusterView,
+    policy: GuardPolicy,
+    now: float,
+    rollbacks: Iterable[NodeRollback] = (),
+) -> Report:
+    """Every alert decided in order, as the controller decides, counting ``rollbacks`` (those in
+    the cluster) and the earlier alerts' plans (pure)."""
+    state = GuardState.of(rollbacks)
     decisions = []
+    created: dict[int, NodeRollback] = {}
     for i, alert in enumerate(alerts):
         decision = decide_alert(alert, view, state, policy, now)
-        if decision.plan is not None:
-            state.accept(f"alert-{i}", decision.plan, now, running=False)
+        if decision.plan is not None and decision.verdict in (PLAN, ESCALATE):
+            rollback = new_rollback(decision.plan, view, state, policy, now)
+            name = rollback.name if decision.verdict == PLAN else decision.rollback
+            state.accept(name, decision.plan, now)
+            if decision.verdict == PLAN:
+                created[i] = rollback
         decisions.append(decision)
     return Report(
         decisions=tuple(decisions),
         budget=budget(view, state, policy, now),
         correlated=correlated_failure(view, policy, now),
         policy=policy,
+        created=created,
     )
 
 
 # ---------------------------------------------------------------- output
 
 
-def _alert_json(d: Decision) -> dict[str, Any]:
+def _alert_json(d: Decision, created: NodeRollback | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "fingerprint": d.alert.fingerprint,
         "alertname": d.alert.labels.get("alertname", ""),
@@ -106,6 +131,11 @@ def _alert_json(d: Decision) -> dict[str, Any]:
         "action": d.alert.action,
         "decision": d.verdict,
     }
+    if d.rollback:
+        out["rollback"] = d.rollback
+    if created is not None:
+        out["rollback"] = created.name
+        out["noderollback"] = object_json(created)
     if isinstance(d.outcome, Plan):
         out["wave"] = d.outcome.wave
         out["steps"] = [
@@ -121,7 +151,7 @@ def _alert_json(d: Decision) -> dict[str, Any]:
 def report_json(report: Report) -> dict[str, Any]:
     b = report.budget
     return {
-        "alerts": [_alert_json(d) for d in report.decisions],
+        "alerts": [_alert_json(d, report.created.get(i)) for i, d in enumerate(report.decisions)],
         "budget": {
             "absolute": {
                 "limit": b.absolute_limit,
@@ -151,17 +181,24 @@ def report_json(report: Report) -> dict[str, Any]:
 
 
 def write_text(report: Report, out: TextIO) -> None:
-    counts = {k: sum(1 for d in report.decisions if d.verdict == k) for k in (PLAN, REFUSED, WAITS)}
+    counts = {k: sum(1 for d in report.decisions if d.verdict == k) for k in VERDICTS}
     out.write(
-        f"{len(report.decisions)} alerts: {counts[PLAN]} planned, {counts[REFUSED]} refused, "
+        f"{len(report.decisions)} alerts: {counts[PLAN]} planned, {counts[JOIN]} would join a "
+        f"rollback, {counts[ESCALATE]} would escalate one, {counts[REFUSED]} refused, "
         f"{counts[WAITS]} would wait. Nothing was changed.\n\n"
     )
-    for d in report.decisions:
+    for i, d in enumerate(report.decisions):
         name = d.alert.labels.get("alertname", "") or "(no alertname)"
         where = d.alert.node or "(no node)"
         out.write(f"{name} {d.alert.fingerprint} on {where}: ")
-        if isinstance(d.outcome, Plan):
-            out.write(f"{d.outcome.action.value} (wave {d.outcome.wave})\n")
+        created = report.created.get(i)
+        if d.verdict == JOIN:
+            out.write(f"would join NodeRollback {d.rollback}\n")
+        elif isinstance(d.outcome, Plan):
+            what = f"NodeRollback {created.name}" if created is not None else ""
+            if d.verdict == ESCALATE:
+                what = f"escalates NodeRollback {d.rollback} to"
+            out.write(f"{what} {d.outcome.action.value} (wave {d.outcome.wave})\n".lstrip())
             for n, step in enumerate(d.outcome.steps, 1):
                 target = f" {step.namespace}/{step.pod}" if step.pod else ""
                 out.write(f"  {n}. {step.kind.value} {step.node}{target}\n")
@@ -202,6 +239,22 @@ def read_payload(path: str, stdin: TextIO) -> WebhookPayload:
     return parse_payload(body)
 
 
+async def read_rollbacks(api: KubeAPI) -> tuple[list[NodeRollback], bool]:
+    """The NodeRollbacks in the cluster, and whether they could be listed (False where the
+    NodeRollback resource is not installed: the budget then counts this payload only)."""
+    try:
+        page = await api.list(NODEROLLBACKS)
+    except NotFound:
+        return [], False
+    found = []
+    for raw in page.items:
+        try:
+            found.append(node_rollback(raw))
+        except ConversionError:
+            continue
+    return found, True
+
+
 async def read_cluster(
     api: KubeAPI, *, wave_label: str | None, wave_gap: float, now: float
 ) -> ClusterView:
@@ -239,10 +292,17 @@ async def run(settings: PlanSettings) -> int:
             view = await read_cluster(
                 api, wave_label=settings.wave_label or None, wave_gap=settings.wave_gap, now=now
             )
+            rollbacks, listed = await read_rollbacks(api)
     except KubeError as exc:
         print(f"nodesync plan: cannot read the cluster: {exc}", file=sys.stderr)
         return 1
-    report = decide(payload.alerts, view, settings.policy, now)
+    if not listed:
+        print(
+            "nodesync plan: the cluster has no NodeRollback resource (is nodesync installed?): "
+            "the budget counts this payload only",
+            file=sys.stderr,
+        )
+    report = decide(payload.alerts, view, settings.policy, now, rollbacks)
     if settings.output == "json":
         json.dump(report_json(report), sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")

@@ -188,14 +188,28 @@ class ExecutorSettings:
     )
     eviction_timeout: float = setting(
         "--eviction-timeout",
-        "2m",
-        "how long an eviction a PodDisruptionBudget refuses is retried before the step fails",
+        "30m",
+        "how long evictions a PodDisruptionBudget refuses are retried (with backoff, from the "
+        "drain's first attempt) before the step fails; the rollback waits without a slot",
+        POSITIVE_DURATION,
+    )
+    cleanup_ack_timeout: float = setting(
+        "--cleanup-ack-timeout",
+        "1m",
+        "when a node is unreachable (no fresh Lease) and its agent has not taken up the "
+        "cleanup request this long after it was made, a node rollback goes on without it",
         POSITIVE_DURATION,
     )
     cleanup_timeout: float = setting(
         "--cleanup-timeout",
         "5m",
-        "how long to wait for the node's agent to report its runtime cleanup",
+        "how long to wait for the node's agent to finish its runtime cleanup (from the request)",
+        POSITIVE_DURATION,
+    )
+    rollback_retention: float = setting(
+        "--rollback-retention",
+        "168h",
+        "finished NodeRollbacks are deleted this long after they finished",
         POSITIVE_DURATION,
     )
     leader_elect: bool = setting(
@@ -223,6 +237,35 @@ class ExecutorSettings:
         "empty: hostname and process id",
         NAME,
     )
+    leader_elect_lease_duration: float = setting(
+        "--leader-elect-lease-duration",
+        "15s",
+        "how long the other replicas wait after the leader's last renewal before they take over",
+        POSITIVE_DURATION,
+    )
+    leader_elect_renew_deadline: float = setting(
+        "--leader-elect-renew-deadline",
+        "10s",
+        "how long the leader keeps trying to renew before it stops leading",
+        POSITIVE_DURATION,
+    )
+    leader_elect_retry_period: float = setting(
+        "--leader-elect-retry-period",
+        "2s",
+        "how often the leader renews, and the others try to take over",
+        POSITIVE_DURATION,
+    )
+
+    def __post_init__(self) -> None:
+        if not (
+            self.leader_elect_retry_period
+            < self.leader_elect_renew_deadline
+            < self.leader_elect_lease_duration
+        ):
+            raise ValueError(
+                "need --leader-elect-retry-period < --leader-elect-renew-deadline < "
+                "--leader-elect-lease-duration"
+            )
 
     @property
     def leader_identity(self) -> str:

@@ -111,7 +111,9 @@ async def _journal_ctx(app: web.Application) -> AsyncIterator[None]:
     registry = app[REGISTRY]
     collector = SnapshotCollector(
         lambda: journal_families(
-            journal.last_counts.alerts, journal.last_counts.plans, journal.last_counts.deliveries
+            journal.last_counts.alerts,
+            journal.last_counts.decisions,
+            journal.last_counts.deliveries,
         )
     )
     registry.register(collector)
@@ -196,7 +198,10 @@ async def _receive(request: web.Request) -> web.Response:
     if refused is not None:
         return refused
     if follower(request.app):
-        return _error(503, "not the leader; retry (the Service routes to the leader)")
+        # Closing the connection makes Alertmanager's retry pick a replica again.
+        return _error(
+            503, "not the leader; retry (another replica leads)", **{hdrs.CONNECTION: "close"}
+        )
     limit = request.app[WEBHOOK_SETTINGS].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         return _error(413, f"the body is larger than {limit} bytes")

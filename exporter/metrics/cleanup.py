@@ -13,6 +13,7 @@ class CleanupTotals:
 
     done: int = 0
     failed: int = 0
+    unavailable: int = 0
     removed_sandboxes: int = 0
     removed_containers: int = 0
     last_finished_at: float | None = None  # Unix time the last cleanup finished
@@ -26,6 +27,7 @@ def cleanup_families(totals: CleanupTotals) -> list[Metric]:
     )
     requests.add_metric(["done"], float(totals.done))
     requests.add_metric(["failed"], float(totals.failed))
+    requests.add_metric(["unavailable"], float(totals.unavailable))
     removed = CounterMetricFamily(
         "nodesync_cleanup_removed",
         "Runtime objects the agent's cleanups removed (stopped and removed), by kind.",

@@ -8,7 +8,7 @@ Every label takes values from a fixed set, and every combination exists from the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -32,11 +32,16 @@ BUDGET_ABSOLUTE = "absolute"
 BUDGET_WAVE_FRACTION = "wave_fraction"
 
 
+#: NodeRollback phases (exporter.model.rollback.Phase values), every one always exported.
+PHASES = ("Pending", "Running", "Waiting", "Succeeded", "Failed", "Cancelled")
+
+
 @dataclass(frozen=True, slots=True)
-class RollbackStatus:
+class ExecutorStatus:
     """The executor's state at scrape time. None: unknown now (the series is absent)."""
 
-    plans_in_progress: int
+    phases: Mapping[str, int] | None  # NodeRollbacks by phase; None until they were listed
+    reasons: Mapping[tuple[str, str], int]  # NodeRollbacks not succeeded, by (phase, reason)
     leader: bool
     paused: bool | None  # None until the cluster view is complete
     budget_absolute: int | None
@@ -68,7 +73,7 @@ class RollbackMetrics:
     def refusals(self, reason: str) -> int:
         return self._refusals[reason]
 
-    def families(self, status: RollbackStatus) -> list[Metric]:
+    def families(self, status: ExecutorStatus) -> list[Metric]:
         actions = CounterMetricFamily(
             "nodesync_actions",
             "Rollback steps the executor finished, by step and outcome.",
@@ -83,17 +88,29 @@ class RollbackMetrics:
         )
         for reason, n in sorted(self._refusals.items()):
             refusals.add_metric([reason], n)
-        in_progress = GaugeMetricFamily(
-            "nodesync_plans_in_progress",
-            "Plans accepted and not finished (pending or running).",
-            value=status.plans_in_progress,
-        )
         leader = GaugeMetricFamily(
             "nodesync_executor_leader",
-            "1 while this controller is the one executing plans, else 0.",
+            "1 while this controller is the one driving rollbacks, else 0.",
             value=1.0 if status.leader else 0.0,
         )
-        families: list[Metric] = [actions, refusals, in_progress, leader]
+        families: list[Metric] = [actions, refusals, leader]
+        if status.phases is not None:
+            phases = GaugeMetricFamily(
+                "nodesync_rollbacks",
+                "NodeRollbacks in the cluster by phase (finished ones until they are deleted).",
+                labels=["phase"],
+            )
+            for phase in PHASES:
+                phases.add_metric([phase], status.phases.get(phase, 0))
+            reasons = GaugeMetricFamily(
+                "nodesync_rollbacks_by_reason",
+                "NodeRollbacks waiting, failed or cancelled, by phase and reason (only those "
+                "that exist).",
+                labels=["phase", "reason"],
+            )
+            for (phase, reason), n in sorted(status.reasons.items()):
+                reasons.add_metric([phase, reason], n)
+            families += [phases, reasons]
         if status.paused is not None:
             families.append(
                 GaugeMetricFamily(

@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from exporter.model.alerts import FIRING, RESOLVED
-from exporter.model.rollback import PlanState
 
 #: Every status code the webhook answers with (the ``code`` label's values).
 WEBHOOK_CODES: Final = ("200", "400", "401", "405", "413", "415", "500", "503")
@@ -72,10 +71,10 @@ class WebhookMetrics:
 
 
 def journal_families(
-    alerts: Mapping[str, int], plans: Mapping[PlanState, int], deliveries: int
+    alerts: Mapping[str, int], decisions: Mapping[str, int], deliveries: int
 ) -> list[Metric]:
-    """The journal's content: alerts by status, plans by state (every state, 0 included), and
-    the deliveries kept."""
+    """The journal's content: alerts by status, decisions by verdict (every verdict, 0
+    included), and the deliveries kept."""
     by_status = GaugeMetricFamily(
         "nodesync_journal_alerts",
         "Alerts in the journal, by status.",
@@ -83,16 +82,16 @@ def journal_families(
     )
     for status in (FIRING, RESOLVED):
         by_status.add_metric([status], float(alerts.get(status, 0)))
-    by_state = GaugeMetricFamily(
-        "nodesync_journal_plans",
-        "Plans in the journal, by state.",
-        labels=["state"],
+    by_verdict = GaugeMetricFamily(
+        "nodesync_journal_decisions",
+        "Decisions about alerts in the journal, by verdict.",
+        labels=["verdict"],
     )
-    for state in PlanState:
-        by_state.add_metric([state.value], float(plans.get(state, 0)))
+    for verdict, n in decisions.items():
+        by_verdict.add_metric([verdict], float(n))
     kept = GaugeMetricFamily(
         "nodesync_journal_deliveries",
         "Webhook deliveries kept in the journal (its audit trail, within the retention).",
         value=float(deliveries),
     )
-    return [by_status, by_state, kept]
+    return [by_status, by_verdict, kept]

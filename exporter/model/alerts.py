@@ -14,9 +14,18 @@ ACTION_LABEL = "nodesync_action"
 # The label that names the node an alert is about.
 NODE_LABEL = "node"
 
+#: Alert episodes are told apart to the millisecond (see :func:`episode_start`).
+EPISODE_PRECISION = 3
+
 FIRING = "firing"
 RESOLVED = "resolved"
 ALERT_STATUSES = frozenset({FIRING, RESOLVED})
+
+
+def episode_start(starts_at: float) -> float:
+    """An alert's startsAt as part of its episode's identity: rounded to the millisecond, so
+    that one episode written with more or fewer fractional digits is still one episode."""
+    return round(starts_at, EPISODE_PRECISION)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,14 @@ _ORPHANS = frozenset({DriftKind.ORPHAN_CONTAINER, DriftKind.ORPHAN_SANDBOX})
 
 
 class CleanupState(enum.Enum):
+    RUNNING = "running"  # taken up: the agent acknowledges the request and works on it
     DONE = "done"
-    FAILED = "failed"
+    FAILED = "failed"  # a runtime call failed part way
+    UNAVAILABLE = "unavailable"  # the runtime cannot be read: nothing was cleaned
+
+
+#: States that answer a request (RUNNING only acknowledges it).
+ANSWERS = frozenset({CleanupState.DONE, CleanupState.FAILED, CleanupState.UNAVAILABLE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +102,13 @@ class CleanupStatus:
 
 def pending_request(annotations: Mapping[str, str]) -> str | None:
     """The request id the agent has not answered yet, if any (level triggered: a request whose
-    id is already in the status is answered, however often the Node is seen again)."""
+    id is already in the status with an answer is answered, however often the Node is seen
+    again; one that is only acknowledged is not)."""
     request = annotations.get(CLEANUP_REQUEST_ANNOTATION, "")
     if not request:
         return None
     status = CleanupStatus.from_json(annotations.get(CLEANUP_STATUS_ANNOTATION, ""))
-    if status is not None and status.id == request:
+    if status is not None and status.id == request and status.state in ANSWERS:
         return None
     return request
 

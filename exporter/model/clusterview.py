@@ -78,6 +78,7 @@ class NodeView:
     protected: bool  # labelled nodesync.io/protected=true
     owned_by_other_remediator: bool  # carries one of OTHER_REMEDIATOR_TAINTS
     cordoned_by_nodesync: bool  # carries nodesync's own taint (nodesync.io/rollback)
+    uid: str = ""
 
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -122,6 +123,7 @@ def _view(node: NodeInfo, lease: LeaseInfo | None, wave_id: str) -> NodeView:
         protected=node.labels.get(PROTECTED_LABEL) == "true",
         owned_by_other_remediator=not taint_keys.isdisjoint(OTHER_REMEDIATOR_TAINTS),
         cordoned_by_nodesync=TAINT_NODESYNC in taint_keys,
+        uid=node.uid,
     )
 
 

@@ -16,19 +16,21 @@ or None. Guards, in the order they are checked:
   nodes joined before the scale-out window and did not start failing inside it (a failed join
   stays a failed join after its window closed). Failing: Ready is not True, or the Lease was not
   renewed within ``node_monitor_grace_period``. That is control-plane trouble, not a bad join.
-- ``in_progress``: a rollback of the same node is already running.
 - ``blast_radius_fraction``: at most ``max_rollback_fraction`` of the node's wave (at least one
   node), over the lifetime of the wave. The wave's size is frozen when the wave closes
   (exporter.model.waves), so rolling nodes back never raises the cap.
 - ``blast_radius_absolute``: at most ``max_rollbacks`` nodes rolled back within any sliding
   window of ``max_rollbacks_window``, whatever their wave.
-- ``concurrency``: at most ``max_concurrent_rollbacks`` rollbacks run at once.
-
-Blast radius, ``in_progress`` and concurrency apply to node rollbacks (``rollback_node``) only:
-evicting one pod or cleaning a node's orphans does not take a node away. Every other guard applies
-to every plan. ``correlated_failure`` and ``concurrency`` are *deferring* reasons (see
-``DEFERRING``): the plan is not refused for good, it waits and is evaluated again. The API write
+Blast radius applies to node rollbacks (``rollback_node``) only: evicting one pod or cleaning a
+node's orphans does not take a node away. Every other guard applies to every plan.
+``correlated_failure`` is a *deferring* reason (see ``DEFERRING``): the plan is not refused for
+good, it waits and is evaluated again. An alert about a node that has a rollback already joins
+or escalates it (exporter.model.decision) instead of being judged again. How many rollbacks run
+at once (``max_concurrent_rollbacks``) is the executor's queue, not a refusal; the API write
 budget (the token bucket) is enforced by the writer and only reported here.
+
+The rollbacks decided so far (:class:`GuardState`) are the NodeRollbacks in the cluster, so a
+controller that takes over after a failover counts what the one before it decided.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from exporter.model.clusterview import (
     NodeView,
 )
 from exporter.model.kube import NodeCondition, NodeInfo
-from exporter.model.rollback import Action, Plan, Refusal
+from exporter.model.rollback import Action, NodeRollback, Phase, Plan, Refusal
+from exporter.model.rollback_state import touched
 from exporter.settings.declare import setting
 from exporter.settings.values import (
     BOOLEAN,
@@ -60,10 +63,8 @@ PROTECTED = "protected"
 OTHER_REMEDIATOR = "other_remediator"
 SCALE_OUT_WINDOW = "scale_out_window"
 CORRELATED_FAILURE = "correlated_failure"
-IN_PROGRESS = "in_progress"
 BLAST_RADIUS_ABSOLUTE = "blast_radius_absolute"
 BLAST_RADIUS_FRACTION = "blast_radius_fraction"
-CONCURRENCY = "concurrency"
 UNKNOWN_NODE = "unknown_node"
 
 REASONS = (
@@ -73,14 +74,12 @@ REASONS = (
     OTHER_REMEDIATOR,
     SCALE_OUT_WINDOW,
     CORRELATED_FAILURE,
-    IN_PROGRESS,
     BLAST_RADIUS_ABSOLUTE,
     BLAST_RADIUS_FRACTION,
-    CONCURRENCY,
 )
 
 # Reasons that hold a plan back for now rather than refuse it: evaluate it again later.
-DEFERRING = frozenset({CORRELATED_FAILURE, CONCURRENCY})
+DEFERRING = frozenset({CORRELATED_FAILURE})
 
 # Fractions are compared with this tolerance, so that 0.1 of 100 nodes is 10, not 9.
 _EPSILON = 1e-9
@@ -247,52 +246,98 @@ def correlated_failure(view: ClusterView, policy: GuardPolicy, now: float) -> Co
 # ---------------------------------------------------------------- bookkeeping
 
 
-@dataclass(slots=True)
-class _Rollback:
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What the guards need of one rollback decided so far."""
+
     node: str
+    action: Action
     wave: str
     accepted_at: float
-    running: bool
+    active: bool  # not finished
+    counts: bool  # counts against the blast radius (a node rollback that did or may act)
+    pod: tuple[str, str] = ("", "")  # (namespace, name) of an evict_pod rollback
+
+    @property
+    def node_level(self) -> bool:
+        return self.action in (Action.ROLLBACK_NODE, Action.CLEANUP_ORPHANS)
 
 
 @dataclass(slots=True)
 class GuardState:
-    """Node rollbacks accepted so far (keyed by plan), for blast radius and concurrency.
+    """The rollbacks decided so far, by name: the NodeRollbacks in the cluster (:meth:`of`),
+    plus what this pass decided (:meth:`accept`)."""
 
-    The executor rebuilds it from the journal after a restart (``accept`` every accepted node
-    rollback again, with its time, and ``finish`` those that ended)."""
+    _decided: dict[str, Decided] = field(default_factory=dict)
 
-    _rollbacks: dict[str, _Rollback] = field(default_factory=dict)
+    @classmethod
+    def of(cls, rollbacks: Iterable[NodeRollback]) -> GuardState:
+        state = cls()
+        for r in rollbacks:
+            node_rollback = r.spec.action is Action.ROLLBACK_NODE
+            pod = (r.spec.pod.namespace, r.spec.pod.name) if r.spec.pod is not None else ("", "")
+            state._decided[r.name] = Decided(
+                node=r.spec.node,
+                action=r.spec.action,
+                wave=r.spec.wave,
+                accepted_at=r.spec.decision.decided_at,
+                active=r.active,
+                counts=node_rollback
+                and (r.status.phase is not Phase.CANCELLED or touched(r.status)),
+                pod=pod,
+            )
+        return state
 
-    def accept(self, key: str, plan: Plan, now: float, *, running: bool = True) -> None:
-        """Count an accepted plan. Only node rollbacks count; ``running=False`` for a plan that
-        will not run (dry run, or one that already ended)."""
-        if plan.action is not Action.ROLLBACK_NODE:
-            return
-        self._rollbacks[key] = _Rollback(plan.node, plan.wave, now, running)
+    def accept(self, key: str, plan: Plan, now: float, *, active: bool = True) -> None:
+        """Count a plan decided now (before its NodeRollback is in the cluster's view)."""
+        pod = next(((s.namespace, s.pod) for s in plan.steps if s.pod), ("", ""))
+        self.accept_decided(key, plan.node, plan.action, plan.wave, now, active=active, pod=pod)
 
-    def finish(self, key: str) -> None:
-        """The plan ended: it no longer runs, but its node still counts against the budget."""
-        rollback = self._rollbacks.get(key)
-        if rollback is not None:
-            rollback.running = False
+    def accept_decided(
+        self,
+        key: str,
+        node: str,
+        action: Action,
+        wave: str,
+        at: float,
+        *,
+        active: bool = True,
+        pod: tuple[str, str] = ("", ""),
+    ) -> None:
+        """Count a decision made at ``at`` (e.g. one of a dry run, which made no object)."""
+        self._decided[key] = Decided(
+            node=node,
+            action=action,
+            wave=wave,
+            accepted_at=at,
+            active=active,
+            counts=action is Action.ROLLBACK_NODE,
+            pod=pod,
+        )
 
-    def release(self, key: str) -> None:
-        """The plan ended without touching its node (cancelled before its first step): it does
-        not count against the budget."""
-        self._rollbacks.pop(key, None)
+    def active_on(
+        self, node: str, *, node_level: bool, pod: tuple[str, str] = ("", "")
+    ) -> tuple[str, Decided] | None:
+        """The active rollback an alert about ``node`` would join: a node-level one, or (for
+        an eviction) one evicting the same pod."""
+        for name, d in sorted(self._decided.items()):
+            if not d.active or d.node != node:
+                continue
+            if d.node_level and (node_level or d.action is Action.ROLLBACK_NODE):
+                return name, d
+            if not node_level and not d.node_level and d.pod == pod:
+                return name, d
+        return None
 
     def running(self) -> int:
-        return sum(1 for r in self._rollbacks.values() if r.running)
-
-    def running_on(self, node: str) -> bool:
-        return any(r.running and r.node == node for r in self._rollbacks.values())
+        """Active node rollbacks."""
+        return sum(1 for d in self._decided.values() if d.active and d.counts)
 
     def nodes_in_window(self, now: float, window: float) -> set[str]:
-        return {r.node for r in self._rollbacks.values() if now - r.accepted_at < window}
+        return {d.node for d in self._decided.values() if d.counts and now - d.accepted_at < window}
 
     def nodes_in_wave(self, wave: str) -> set[str]:
-        return {r.node for r in self._rollbacks.values() if r.wave == wave}
+        return {d.node for d in self._decided.values() if d.counts and d.wave == wave}
 
 
 # ---------------------------------------------------------------- budget
@@ -412,8 +457,6 @@ def evaluate(
         )
     if plan.action is not Action.ROLLBACK_NODE:
         return None
-    if state.running_on(node.name):
-        return Refusal(IN_PROGRESS, f"a rollback of node {node.name} is already running")
     wave = wave_budget(view, state, policy, node.wave_id)
     if node.name not in state.nodes_in_wave(node.wave_id) and wave.used >= wave.limit:
         return Refusal(
@@ -427,11 +470,5 @@ def evaluate(
             BLAST_RADIUS_ABSOLUTE,
             f"{len(rolled)} nodes were rolled back within {policy.max_rollbacks_window:g} s "
             f"(--max-rollbacks {policy.max_rollbacks})",
-        )
-    if state.running() >= policy.max_concurrent_rollbacks:
-        return Refusal(
-            CONCURRENCY,
-            f"{state.running()} rollbacks are running "
-            f"(--max-concurrent-rollbacks {policy.max_concurrent_rollbacks})",
         )
     return None

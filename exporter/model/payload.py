@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-from exporter.model.alerts import ALERT_STATUSES, Alert, WebhookPayload
+from exporter.model.alerts import ALERT_STATUSES, Alert, WebhookPayload, episode_start
 
 SUPPORTED_VERSION: Final = "4"
 #: More alerts than this in one notification is refused: set the receiver's ``max_alerts``
@@ -156,6 +156,9 @@ def _alert(value: object, index: int) -> Alert:
     starts_at = _timestamp(_get(value, "startsAt", path), f"{path}startsAt")
     if starts_at is None:
         raise PayloadError(f"{path}startsAt: not set (the zero time)")
+    # One episode, one key, however precisely a sender writes its start: Alertmanager keeps
+    # nanoseconds, an alert pushed again through its API may come back with fewer digits.
+    starts_at = episode_start(starts_at)
     ends = value.get("endsAt")
     return Alert(
         fingerprint=fingerprint,

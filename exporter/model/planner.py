@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from exporter.model.alerts import FIRING, NODE_LABEL, Alert
 from exporter.model.clusterview import ClusterView
-from exporter.model.rollback import Action, Plan, Refusal, Step, StepKind
+from exporter.model.rollback import Action, Plan, Refusal, Step, StepKind, rollback_steps
 
 NAMESPACE_LABEL = "namespace"
 POD_LABEL = "pod"
@@ -38,19 +38,6 @@ def _shown(value: str) -> str:
     return value if len(value) <= _MAX_DETAIL_VALUE else value[: _MAX_DETAIL_VALUE - 3] + "..."
 
 
-def _rollback_steps(node: str, *, delete_nodes: bool) -> tuple[Step, ...]:
-    kinds = [
-        StepKind.CORDON,
-        StepKind.TAINT,
-        StepKind.DRAIN,
-        StepKind.CLEANUP_RUNTIME,
-        StepKind.VERIFY,
-    ]
-    if delete_nodes:
-        kinds.append(StepKind.DELETE_NODE)
-    return tuple(Step(kind=k, node=node) for k in kinds)
-
-
 def plan_alert(alert: Alert, view: ClusterView, *, delete_nodes: bool) -> Plan | Refusal:
     """The plan for one alert, or a refusal with a bounded reason and a human detail."""
     if alert.status != FIRING:
@@ -70,24 +57,25 @@ def plan_alert(alert: Alert, view: ClusterView, *, delete_nodes: bool) -> Plan |
     node = view.node(node_name)
     if node is None:
         return Refusal(UNKNOWN_NODE, f"node {_shown(node_name)!r} does not exist")
-    if action is Action.ROLLBACK_NODE:
-        steps = _rollback_steps(node_name, delete_nodes=delete_nodes)
-    elif action is Action.EVICT_POD:
+    namespace = pod = ""
+    if action is Action.EVICT_POD:
         namespace = alert.labels.get(NAMESPACE_LABEL, "")
         pod = alert.labels.get(POD_LABEL, "")
         if not namespace or not pod:
             return Refusal(MISSING_LABEL, "an evict_pod alert needs namespace and pod labels")
-        steps = (Step(kind=StepKind.EVICT_POD, node=node_name, namespace=namespace, pod=pod),)
-    else:  # Action.CLEANUP_ORPHANS
-        steps = (
-            Step(kind=StepKind.CLEANUP_RUNTIME, node=node_name),
-            Step(kind=StepKind.VERIFY, node=node_name),
-        )
+    kinds = rollback_steps(action, delete_node=delete_nodes)
     return Plan(
         action=action,
         node=node_name,
-        steps=steps,
+        steps=tuple(
+            Step(kind=k, node=node_name, namespace=namespace, pod=pod)
+            if k is StepKind.EVICT_POD
+            else Step(kind=k, node=node_name)
+            for k in kinds
+        ),
         alert_fingerprint=alert.fingerprint,
         alert_starts_at=alert.starts_at,
         wave=node.wave_id,
+        node_uid=node.uid,
+        alertname=alert.labels.get("alertname", ""),
     )

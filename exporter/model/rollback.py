@@ -1,22 +1,36 @@
-"""Rollback plans: what the hook decided to do for one alert, step by step.
+"""Rollbacks: what the hook decided to do about a node, and how far it got.
 
-A plan is made once per alert episode (fingerprint + startsAt), stored in the journal, and
-executed step by step; each step's state is stored too, so a restarted controller resumes
-where it stopped. Every step is idempotent and re-checks live state before acting.
+A decision becomes a ``NodeRollback`` object in the API server (nodesync.io/v1alpha1,
+cluster-scoped; exporter.kube.noderollbacks converts it): its spec says what was decided and
+why, its status is the step state machine (exporter.model.rollback_state). Every controller
+replica, kubectl and GitOps see the same record; the leader advances it, each write carrying the
+resourceVersion it read, so a step is started by exactly one writer.
+
+A plan (:class:`Plan`) is what the planner makes of one alert before anything exists; a
+:class:`NodeRollback` is the object made of it.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 # nodesync's own taint on a node it rolls back (the key is exporter.model.kube.TAINT_NODESYNC).
 ROLLBACK_TAINT_EFFECT = "NoSchedule"
 
 # The cleanup handshake with the node's agent: the controller sets the request annotation to a
-# request id; the agent answers in the status annotation (JSON with the same id).
+# request id (the NodeRollback's uid); the agent answers in the status annotation (JSON with the
+# same id).
 CLEANUP_REQUEST_ANNOTATION = "nodesync.io/cleanup-request"
 CLEANUP_STATUS_ANNOTATION = "nodesync.io/cleanup-status"
+
+# Labels on every NodeRollback, for selectors (kubectl get noderollbacks -l ...).
+NODE_LABEL = "nodesync.io/node"
+NODE_UID_LABEL = "nodesync.io/node-uid"
+ACTION_LABEL = "nodesync.io/action"
 
 
 class Action(enum.Enum):
@@ -26,6 +40,16 @@ class Action(enum.Enum):
     EVICT_POD = "evict_pod"
     CLEANUP_ORPHANS = "cleanup_orphans"
     NONE = "none"
+
+
+#: How much of a node an action takes: a stronger action on a node with a weaker one running
+#: escalates that rollback (exporter.model.decision); a weaker or equal one joins it.
+STRENGTH: Mapping[Action, int] = {
+    Action.NONE: 0,
+    Action.EVICT_POD: 1,
+    Action.CLEANUP_ORPHANS: 2,
+    Action.ROLLBACK_NODE: 3,
+}
 
 
 class StepKind(enum.Enum):
@@ -40,19 +64,27 @@ class StepKind(enum.Enum):
 
 class StepState(enum.Enum):
     PENDING = "pending"
+    RUNNING = "running"  # started: its effect may have happened (intent before effect)
     DONE = "done"
-    SKIPPED = "skipped"  # nothing to do any more (re-checked live state)
+    SKIPPED = "skipped"  # nothing to do any more (re-checked live state), or not possible
     FAILED = "failed"
 
 
-class PlanState(enum.Enum):
-    PENDING = "pending"  # accepted, not started
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    REFUSED = "refused"  # a guard said no; the reason is recorded
-    DRY_RUN = "dry_run"  # planned and recorded, nothing changed
-    CANCELLED = "cancelled"  # the alert resolved before the plan started
+FINISHED_STEP_STATES = frozenset({StepState.DONE, StepState.SKIPPED, StepState.FAILED})
+
+
+class Phase(enum.Enum):
+    """A NodeRollback's phase (``status.phase``)."""
+
+    PENDING = "Pending"  # decided, no step started (queued for a concurrency slot)
+    RUNNING = "Running"  # a step runs
+    WAITING = "Waiting"  # between attempts: for the agent, a PodDisruptionBudget, a pause
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"  # stopped before it finished: the node recovered, is protected ...
+
+
+ACTIVE_PHASES = frozenset({Phase.PENDING, Phase.RUNNING, Phase.WAITING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +98,16 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """What the planner made of one alert (before any object exists)."""
+
     action: Action
     node: str
     steps: tuple[Step, ...]
     alert_fingerprint: str
     alert_starts_at: float
     wave: str = ""
+    node_uid: str = ""
+    alertname: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +118,158 @@ class Refusal:
     detail: str
 
 
-def cleanup_request_id(plan_id: object) -> str:
-    """The cleanup request id of a plan: derived from the plan id only, so setting the request
-    annotation again after a restart writes the same value (a no-op)."""
-    return f"nodesync-plan-{plan_id}"
+def rollback_steps(action: Action, *, delete_node: bool) -> tuple[StepKind, ...]:
+    """The steps of an action, in order."""
+    if action is Action.ROLLBACK_NODE:
+        kinds = [
+            StepKind.CORDON,
+            StepKind.TAINT,
+            StepKind.DRAIN,
+            StepKind.CLEANUP_RUNTIME,
+            StepKind.VERIFY,
+        ]
+        if delete_node:
+            kinds.append(StepKind.DELETE_NODE)
+        return tuple(kinds)
+    if action is Action.EVICT_POD:
+        return (StepKind.EVICT_POD,)
+    if action is Action.CLEANUP_ORPHANS:
+        return (StepKind.CLEANUP_RUNTIME, StepKind.VERIFY)
+    return ()
+
+
+# ---------------------------------------------------------------- the object
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """An alert episode that asked for (or joined) a rollback."""
+
+    alertname: str
+    fingerprint: str
+    starts_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PodTarget:
+    namespace: str
+    name: str
+    uid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """What the guards saw when they allowed the rollback (``spec.decision``)."""
+
+    decided_at: float
+    decided_by: str = ""
+    node_created_at: float = 0.0
+    failing_since: float | None = None
+    absolute_used: int = 0
+    absolute_limit: int = 0
+    window_seconds: float = 0.0
+    wave_size: int = 0
+    wave_used: int = 0
+    wave_limit: int = 0
+    established_nodes: int = 0
+    established_failing: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackSpec:
+    node: str
+    node_uid: str
+    action: Action
+    trigger: Trigger
+    decision: Verdicts
+    wave: str = ""
+    delete_node: bool = False
+    pod: PodTarget | None = None
+    paused: bool = False  # an operator's hold: no further step starts while true
+
+
+@dataclass(frozen=True, slots=True)
+class StepStatus:
+    kind: StepKind
+    state: StepState = StepState.PENDING
+    reason: str = ""
+    message: str = ""
+    attempts: int = 0
+    started_at: float | None = None  # the first attempt: timeouts count from here
+    finished_at: float | None = None
+    # The step changed the node (it cordoned or tainted it): a cancelled rollback undoes it.
+    made_change: bool = False
+    # What the step saw right before its effect (recorded with the intent), e.g. whether the
+    # node was already cordoned: after a crash it tells whether the effect was this rollback's.
+    observed: Mapping[str, str] = field(default_factory=dict)
+    not_before: float | None = None  # while waiting: the next attempt's time
+    request: str = ""  # CLEANUP_RUNTIME: the request id sent to the agent
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackStatus:
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    message: str = ""
+    steps: tuple[StepStatus, ...] = ()
+    triggers: tuple[Trigger, ...] = ()
+    observed_generation: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    # Set when the rollback ended without bringing the node into a known state, e.g. a
+    # cleanup that could not run on a node nodesync may not delete: what a person must do.
+    action_required: str = ""
+
+    @property
+    def step(self) -> str:
+        """The current step (the first unfinished one), or the last one once all finished."""
+        for s in self.steps:
+            if s.state not in FINISHED_STEP_STATES:
+                return s.kind.value
+        return self.steps[-1].kind.value if self.steps else ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRollback:
+    name: str
+    spec: RollbackSpec
+    status: RollbackStatus
+    uid: str = ""
+    resource_version: str = ""
+    generation: int = 1
+    created_at: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.status.phase in ACTIVE_PHASES
+
+    @property
+    def node_level(self) -> bool:
+        """It takes the node (or its runtime) as a whole: at most one such is active per node."""
+        return self.spec.action in (Action.ROLLBACK_NODE, Action.CLEANUP_ORPHANS)
+
+
+# ---------------------------------------------------------------- names
+
+_MAX_NAME = 253
+_NOT_NAME = re.compile(r"[^a-z0-9.-]+")
+
+
+def rollback_name(
+    node: str, node_uid: str, action: Action, fingerprint: str, starts_at: float, target: str = ""
+) -> str:
+    """The NodeRollback's name: the node's name and a hash of what identifies the decision (the
+    node's uid, the action and its target, the alert episode). Two replicas deciding the same
+    thing make the same name, so the second create gets 409 AlreadyExists."""
+    digest = hashlib.sha256(
+        f"{node_uid}\0{action.value}\0{target}\0{fingerprint}\0{starts_at!r}".encode()
+    ).hexdigest()[:10]
+    head = _NOT_NAME.sub("-", node.lower()).strip(".-")[: _MAX_NAME - 12] or "node"
+    return f"{head}-{digest}"
+
+
+def cleanup_request_id(rollback_uid: str, attempt: int = 1) -> str:
+    """The cleanup request id: the NodeRollback's uid (globally unique, so an answer an earlier
+    rollback left on the node is never taken for this one's); ``-2``... for a later request
+    of the same rollback."""
+    return rollback_uid if attempt <= 1 else f"{rollback_uid}-{attempt}"

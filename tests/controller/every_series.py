@@ -9,7 +9,7 @@ from exporter.controller.executor import REFUSAL_REASONS
 from exporter.controller.exposition import SOURCE_APISERVER, controller_families
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.kube_requests import KubeRequestMetrics
-from exporter.metrics.rollback import RollbackMetrics, RollbackStatus
+from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family
 from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.kube import NodeCondition, Taint
@@ -69,6 +69,7 @@ def rich_kube_requests(registry: CollectorRegistry) -> None:
     metrics.observe_request("leases", "list", 10.0, "unreachable")
     metrics.observe_relist("nodes")
     metrics.observe_skipped_object("leases")
+    metrics.observe_leader_election_error("403")
 
 
 def rich_rollback(registry: CollectorRegistry) -> None:
@@ -77,8 +78,9 @@ def rich_rollback(registry: CollectorRegistry) -> None:
     metrics.action("cordon", "done")
     metrics.action("drain", "failed")
     metrics.refusal("blast_radius_fraction")
-    status = RollbackStatus(
-        plans_in_progress=3,
+    status = ExecutorStatus(
+        phases={"Pending": 1, "Running": 1, "Waiting": 1, "Succeeded": 4, "Failed": 1},
+        reasons={("Waiting", "waiting_for_agent"): 1, ("Failed", "pdb_blocked"): 1},
         leader=True,
         paused=True,
         budget_absolute=7,

@@ -1,5 +1,6 @@
-"""The rollback executor's test bench: the test API server, the real client, the cluster watch, a
-journal file, the writer and an executor, plus a stand-in for the nodes' agents.
+"""The rollback executor's test bench: the test API server, the real client, the cluster watch,
+the NodeRollback watch, a journal file, the writers and an executor, plus a stand-in for the
+nodes' agents.
 
 ``Agent`` plays the node agent's side of the runtime cleanup handshake: it answers each
 ``nodesync.io/cleanup-request`` annotation with a ``nodesync.io/cleanup-status`` of the same id,
@@ -24,18 +25,22 @@ import pytest
 
 from exporter.controller.cluster import ClusterWatch
 from exporter.controller.executor import REFUSAL_REASONS, Executor, Leadership
-from exporter.controller.journal import Journal, PlanRecord
+from exporter.controller.journal import DecisionRecord, Journal
+from exporter.controller.rollbacks import RollbackWatch
 from exporter.controller.settings import ExecutorSettings
 from exporter.kube.api import KubeAPI
+from exporter.kube.noderollbacks import RollbackWrites, node_rollback
 from exporter.kube.ratelimit import AsyncRateLimiter
 from exporter.kube.writer import KubeWriter
 from exporter.metrics.rollback import RollbackMetrics
 from exporter.model.alerts import Alert, WebhookPayload
 from exporter.model.rfc3339 import format_micro_time, format_time
 from exporter.model.rollback import (
+    ACTIVE_PHASES,
     CLEANUP_REQUEST_ANNOTATION,
     CLEANUP_STATUS_ANNOTATION,
-    PlanState,
+    NodeRollback,
+    Phase,
 )
 from exporter.settings.declare import changed
 from nodesync_sim.apiserver import APIServer
@@ -165,7 +170,8 @@ def payload(*alerts: Alert) -> WebhookPayload:
 @dataclass
 class Agent:
     """Answers cleanup requests in the store (see the module docstring). ``hold`` keeps it
-    from answering; ``state`` is what it reports."""
+    from answering (as an agent that is gone); ``state`` is what it reports (``running`` only
+    acknowledges: a cleanup that never finishes)."""
 
     store: Store
     hold: bool = False
@@ -183,7 +189,7 @@ class Agent:
                 continue
             status = annotations.get(CLEANUP_STATUS_ANNOTATION)
             if status and json.loads(status).get("id") == request:
-                continue
+                continue  # answered (or acknowledged) already
             answer = {
                 "id": request,
                 "state": self.state,
@@ -211,6 +217,7 @@ class Agent:
 FAST = changed(
     ExecutorSettings(),
     eviction_timeout=0.5,
+    cleanup_ack_timeout=5.0,
     cleanup_timeout=10.0,
     max_concurrent_rollbacks=10,
 )
@@ -222,6 +229,7 @@ class Bench:
     clock: Clock
     api: KubeAPI
     cluster: ClusterWatch
+    watch: RollbackWatch
     journal: Journal
     journal_path: Path
     agent: Agent
@@ -258,6 +266,12 @@ class Bench:
             self.clock.offset = 0.0
         if lease_age is not None:
             self.store.create("leases", lease_object(name, now - lease_age), namespace=LEASES)
+
+    def renew_lease(self, name: str) -> None:
+        """The node's kubelet renews its Lease now."""
+        lease = self.store.get("leases", name, namespace=LEASES)
+        lease["spec"]["renewTime"] = format_micro_time(time.time())
+        self.store.replace("leases", lease, namespace=LEASES)
 
     def add_pod(self, name: str, node: str, **kw: Any) -> str:
         created = self.store.create("pods", pod_object(name, node, **kw), namespace="default")
@@ -306,36 +320,46 @@ class Bench:
         return Executor(
             self.journal,
             writer,
+            RollbackWrites(api or self.api, limiter=limiter),
+            self.watch,
             self.cluster,
             settings,
             RollbackMetrics(REFUSAL_REASONS),
             leadership=leadership,
             limiter=limiter,
+            identity="test-controller",
             poll_interval=0.05,
-            cleanup_poll_interval=0.02,
+            step_poll_interval=0.02,
             retry_initial=0.01,
             retry_max=0.05,
         )
 
-    async def plans(self, *states: PlanState) -> list[PlanRecord]:
-        return await self.journal.plans(states or None)
+    def rollbacks(self, *phases: Phase) -> list[NodeRollback]:
+        """The NodeRollbacks in the server (in these phases), oldest first."""
+        found = [node_rollback(o) for o in self.store.list("noderollbacks")]
+        found = [r for r in found if not phases or r.status.phase in phases]
+        return sorted(found, key=lambda r: (r.created_at, r.name))
+
+    async def decisions(self, verdict: str | None = None) -> list[DecisionRecord]:
+        return await self.journal.decisions(verdict)
 
     async def settled(self, executor: Executor, within: float = 20.0) -> None:
-        """Run passes until every firing alert has a plan and no plan is pending or running
-        (deferred alerts stay deferred)."""
+        """Run passes until every firing alert is decided (deferred ones stay deferred) and no
+        NodeRollback is active, as the watch sees them."""
 
         async def quiet() -> bool:
             await executor.run_once()
             await executor.wait_idle()
-            active = await self.journal.plans([PlanState.PENDING, PlanState.RUNNING])
-            unplanned = await self.journal.alerts_to_plan()
-            return not active and len(unplanned) == len(executor_deferred(executor))
+            undecided = await self.journal.alerts_to_decide()
+            active = [r for r in self.rollbacks() if r.status.phase in ACTIVE_PHASES]
+            in_sync = len(list(self.watch.all())) == len(self.rollbacks())
+            return not active and in_sync and len(undecided) == len(deferred(executor))
 
         await until(quiet, "the executor to settle", within)
 
 
-def executor_deferred(executor: Executor) -> dict[tuple[str, float], str]:
-    return executor._deferred
+def deferred(executor: Executor) -> dict[tuple[str, float], str]:
+    return executor.intake._deferred
 
 
 def _count(cluster: ClusterWatch, n: int) -> Callable[[], Awaitable[bool]]:
@@ -372,17 +396,20 @@ async def bench(tmp_path: Path) -> AsyncIterator[Bench]:
     async with APIServer(store=Store(clock=clock), bookmark_interval=0.2) as server:
         api = KubeAPI(server.aio_configuration())
         cluster = ClusterWatch(api, wave_label=None, wave_gap=120.0)
+        watch = RollbackWatch(api)
         journal_path = tmp_path / "journal.db"
         journal = await Journal.open(str(journal_path))
         agent = Agent(server.store)
-        agent_task = asyncio.create_task(agent.run())
+        tasks = [asyncio.create_task(agent.run()), asyncio.create_task(watch.run())]
         cluster.start()
         try:
-            yield Bench(server, clock, api, cluster, journal, journal_path, agent)
+            await watch.wait_synced()
+            yield Bench(server, clock, api, cluster, watch, journal, journal_path, agent)
         finally:
-            agent_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await agent_task
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await cluster.stop()
             await journal.close()
             await api.close()
@@ -397,9 +424,20 @@ def nodes_patched(server: APIServer) -> int:
     return server.counters.count("patch", "nodes")
 
 
-def step_states(record: PlanRecord) -> list[tuple[str, str]]:
-    return [(s.step.kind.value, s.state.value) for s in record.steps]
+def step_states(rollback: NodeRollback) -> list[tuple[str, str]]:
+    return [(s.kind.value, s.state.value) for s in rollback.status.steps]
 
 
-def names(records: Iterable[PlanRecord]) -> list[str]:
-    return sorted(r.node for r in records)
+def names(rollbacks: Iterable[NodeRollback]) -> list[str]:
+    return sorted(r.spec.node for r in rollbacks)
+
+
+def noderollback_writes(server: APIServer) -> dict[str, int]:
+    """NodeRollback requests the server answered with success, by verb (status updates apart)."""
+    counts = server.counters
+    return {
+        "create": counts.count("create", "noderollbacks"),
+        "update": counts.count("update", "noderollbacks"),
+        "status": counts.count("update", "noderollbacks/status"),
+        "delete": counts.count("delete", "noderollbacks"),
+    }

@@ -1,5 +1,6 @@
-"""The rollback executor against the test API server with the real client: each step once however
-often an alert arrives, PDBs respected, guards refusing in the journal, Events and metrics, and
+"""The rollback executor against the test API server with the real client: one NodeRollback per
+decision and per node, each step once however often an alert arrives, the status the record,
+PDBs respected, waits that hold no slot, guards refusing in the journal, Events and metrics, and
 nothing written in a dry run. Writes and Events are counted by the server itself.
 
 The node agents' side of the runtime cleanup is played by ``executor_harness.Agent``, which
@@ -8,6 +9,7 @@ answers each cleanup request through the API server's store (not as counted API 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,22 +18,31 @@ from pathlib import Path
 import pytest
 
 from exporter.controller.executor import Executor
+from exporter.kube.noderollbacks import RollbackWrites
 from exporter.kube.writer import KubeWriter
+from exporter.model.alerts import Alert
 from exporter.model.kube import Taint
-from exporter.model.planner import plan_alert
 from exporter.model.rollback import (
     CLEANUP_REQUEST_ANNOTATION,
     CLEANUP_STATUS_ANNOTATION,
-    Plan,
-    PlanState,
+    Action,
+    NodeRollback,
+    Phase,
     StepState,
-    cleanup_request_id,
+)
+from exporter.model.rollback_state import (
+    BEFORE_ABSENT,
+    OBSERVED_BEFORE,
+    StepResult,
+    finish_step,
+    start_step,
 )
 from tests.controller.executor_harness import (
     Bench,
     alert,
     bench,
     names,
+    noderollback_writes,
     nodes_patched,
     running,
     settings,
@@ -43,8 +54,16 @@ ROLLBACK_EVENTS = [
     "NodesyncCleanupRuntime",
     "NodesyncCordon",
     "NodesyncDrain",
+    "NodesyncRollback",
     "NodesyncTaint",
     "NodesyncVerify",
+]
+ALL_DONE = [
+    ("cordon", "done"),
+    ("taint", "done"),
+    ("drain", "done"),
+    ("cleanup_runtime", "done"),
+    ("verify", "done"),
 ]
 
 
@@ -52,6 +71,13 @@ ROLLBACK_EVENTS = [
 async def b(tmp_path: Path) -> AsyncIterator[Bench]:
     async with bench(tmp_path) as made:
         yield made
+
+
+async def decided(b: Bench, executor: Executor, *alerts: Alert) -> list[NodeRollback]:
+    """Deliver the alerts and let only the intake decide (no step runs)."""
+    await b.deliver(*alerts)
+    await executor.intake.run_once()
+    return b.rollbacks()
 
 
 async def test_the_same_alert_three_times_runs_each_step_once(b: Bench) -> None:
@@ -66,26 +92,25 @@ async def test_the_same_alert_three_times_runs_each_step_once(b: Bench) -> None:
         await b.deliver(alert("new-1"))
         await b.settled(executor)
 
-    [plan] = await b.plans()
-    assert plan.state is PlanState.DONE
-    assert step_states(plan) == [
-        ("cordon", "done"),
-        ("taint", "done"),
-        ("drain", "done"),
-        ("cleanup_runtime", "done"),
-        ("verify", "done"),
-    ]
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert step_states(rollback) == ALL_DONE
+    assert rollback.spec.node_uid == b.node("new-1")["metadata"]["uid"]
+    assert rollback.spec.decision.decided_by == "test-controller"
+    assert rollback.status.steps[0].made_change
     node = b.node("new-1")
     assert node["spec"]["unschedulable"] is True
     assert node["spec"]["taints"] == [{"key": "nodesync.io/rollback", "effect": "NoSchedule"}]
     annotations = node["metadata"]["annotations"]
-    assert annotations[CLEANUP_REQUEST_ANNOTATION] == cleanup_request_id(plan.id)
+    # The request id is the NodeRollback's uid: no earlier rollback's answer can match it.
+    assert annotations[CLEANUP_REQUEST_ANNOTATION] == rollback.uid
     assert json.loads(annotations[CLEANUP_STATUS_ANNOTATION])["state"] == "done"
-    # every write once: cordon, taint, cleanup request; one eviction; one Event per step
+    # every effect once: cordon, taint, cleanup request; one eviction; one Event per step and
+    # one for the decision; one NodeRollback
     assert nodes_patched(b.server) == 3
     assert b.server.counters.count("create", "pods/eviction") == 1
-    assert b.server.counters.writes() == 3 + 1 + 5
     assert b.event_reasons("new-1") == ROLLBACK_EVENTS
+    assert noderollback_writes(b.server)["create"] == 1
     evicted = b.store.get("pods", "app", namespace="default")
     assert evicted["metadata"]["uid"] == app_uid
     assert evicted["metadata"].get("deletionTimestamp")  # graceful: Terminating
@@ -93,10 +118,64 @@ async def test_the_same_alert_three_times_runs_each_step_once(b: Bench) -> None:
         b.store.get("pods", "logs", namespace="default")["metadata"].get("deletionTimestamp")
         is None
     )  # DaemonSet pods stay
-    assert b.agent.answered == [("new-1", cleanup_request_id(plan.id))]
+    assert b.agent.answered == [("new-1", rollback.uid)]
     assert executor.metrics.actions("cordon", "done") == 1
     assert executor.metrics.actions("verify", "done") == 1
-    assert sum(executor.metrics.refusals(r) for r in ("resolved", "in_progress")) == 0
+    assert [d.verdict for d in await b.decisions()] == ["plan"]
+
+
+async def test_alerts_about_one_node_feed_one_rollback(b: Bench) -> None:
+    """NotReady, CRI timeouts and a dead runtime for one node: one rollback, whichever alert
+    came first, the others recorded as its triggers."""
+    b.add_node("new-1")
+    b.add_pod("web", "new-1")
+    await b.wait_cluster(1)
+    executor = b.executor()
+    await b.deliver(alert("new-1", fingerprint="a1"))
+    await executor.intake.run_once()
+    await b.deliver(
+        alert("new-1", fingerprint="a2", alertname="NodesyncNewNodeCRITimeouts"),
+        alert("new-1", fingerprint="a3", alertname="NodesyncNewNodeRuntimeDown"),
+        alert("new-1", "evict_pod", fingerprint="a4", namespace="default", pod="web"),
+    )
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert [t.fingerprint for t in rollback.status.triggers] == ["a1", "a2", "a3", "a4"]
+    verdicts = Counter(d.verdict for d in await b.decisions())
+    assert verdicts == {"plan": 1, "join": 3}
+    assert {d.rollback for d in await b.decisions()} == {rollback.name}
+    assert b.server.counters.count("create", "pods/eviction") == 1
+
+
+async def test_a_stronger_alert_escalates_the_nodes_rollback(b: Bench) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    b.agent.hold = True
+    executor = b.executor()
+    await b.deliver(alert("new-1", "cleanup_orphans", fingerprint="c1"))
+    await until(lambda: _step_is(b, "cleanup_runtime", StepState.RUNNING, executor), "cleanup")
+    [first] = b.rollbacks()
+    b.agent.hold = False
+    await b.deliver(alert("new-1", fingerprint="r1"))
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    assert rollback.name == first.name
+    assert rollback.spec.action is Action.ROLLBACK_NODE
+    assert rollback.generation == 2
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert step_states(rollback) == ALL_DONE
+    # the cleanup ran again after the drain, with a request of its own
+    request = b.node("new-1")["metadata"]["annotations"][CLEANUP_REQUEST_ANNOTATION]
+    assert request == f"{rollback.uid}-2"
+    assert [d.verdict for d in await b.decisions()] == ["plan", "escalate"]
+
+
+async def _step_is(b: Bench, kind: str, state: StepState, executor: Executor) -> bool:
+    await executor.run_once()
+    return any(
+        s.kind.value == kind and s.state is state for r in b.rollbacks() for s in r.status.steps
+    )
 
 
 async def test_delete_nodes_ends_with_the_node_deleted(b: Bench) -> None:
@@ -105,17 +184,15 @@ async def test_delete_nodes_ends_with_the_node_deleted(b: Bench) -> None:
     executor = b.executor(settings(delete_nodes=True))
     await b.deliver(alert("new-1"))
     await b.settled(executor)
-    [plan] = await b.plans()
-    assert plan.state is PlanState.DONE
-    assert step_states(plan)[-1] == ("delete_node", "done")
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert step_states(rollback)[-1] == ("delete_node", "done")
     assert b.store.try_get("nodes", "new-1") is None
     assert b.server.counters.count("delete", "nodes") == 1
     assert "NodesyncDeleteNode" in b.event_reasons("new-1")
 
 
-async def test_a_pdb_that_blocks_eviction_fails_the_drain_and_forces_nothing(b: Bench) -> None:
-    b.add_node("new-1")
-    b.add_pod("db-0", "new-1", labels={"app": "db"})
+def _pdb(b: Bench) -> None:
     b.store.create(
         "poddisruptionbudgets",
         {
@@ -124,41 +201,72 @@ async def test_a_pdb_that_blocks_eviction_fails_the_drain_and_forces_nothing(b: 
         },
         namespace="default",
     )
+
+
+async def test_a_pdb_that_keeps_refusing_fails_the_drain_and_forces_nothing(b: Bench) -> None:
+    b.add_node("new-1")
+    b.add_pod("db-0", "new-1", labels={"app": "db"})
+    _pdb(b)
     await b.wait_cluster(1)
     executor = b.executor(settings(eviction_timeout=0.5))
     await b.deliver(alert("new-1"))
     await b.settled(executor)
 
-    [plan] = await b.plans()
-    assert plan.state is PlanState.FAILED
-    assert plan.reason == "pdb_blocked"
-    assert step_states(plan) == [
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.FAILED
+    assert rollback.status.reason == "pdb_blocked"
+    assert "review the PodDisruptionBudgets" in rollback.status.action_required
+    assert step_states(rollback) == [
         ("cordon", "done"),
         ("taint", "done"),
         ("drain", "failed"),
         ("cleanup_runtime", "skipped"),
         ("verify", "skipped"),
     ]
-    assert "db-0" in plan.steps[2].detail
-    assert "nothing was forced" in plan.steps[2].detail
+    assert "db-0" in rollback.status.steps[2].message
+    assert "nothing was forced" in rollback.status.steps[2].message
     # retried, refused each time, never deleted
     assert b.server.counters.count("create", "pods/eviction", 429) >= 2
     assert b.server.counters.count("create", "pods/eviction", 201) == 0
     assert b.server.counters.count("delete", "pods") == 0
-    assert (
-        b.store.get("pods", "db-0", namespace="default")["metadata"].get("deletionTimestamp")
-        is None
-    )
     assert CLEANUP_REQUEST_ANNOTATION not in (b.node("new-1")["metadata"].get("annotations") or {})
     [failed] = b.events("NodesyncDrainFailed")
     assert failed["type"] == "Warning"
-    assert "PodDisruptionBudget" in failed["message"]
+    assert failed["involvedObject"]["uid"] == rollback.spec.node_uid
+    assert b.events("NodesyncActionRequired")
     assert executor.metrics.actions("drain", "failed") == 1
-    # delivered again: the failed plan is not run again for the same episode
+    assert executor.status().reasons == {("Failed", "pdb_blocked"): 1}
+    # delivered again: the failed rollback is not run again for the same episode
     await b.deliver(alert("new-1"))
     await b.settled(executor)
     assert b.server.counters.count("create", "pods/eviction", 201) == 0
-    assert len(await b.plans()) == 1
+    assert len(b.rollbacks()) == 1
+
+
+async def test_a_pdb_that_blocks_then_allows_is_retried_and_the_rollback_finishes(
+    b: Bench,
+) -> None:
+    b.add_node("new-1")
+    b.add_pod("db-0", "new-1", labels={"app": "db"})
+    _pdb(b)
+    await b.wait_cluster(1)
+    executor = b.executor(settings(eviction_timeout=60.0))
+    await b.deliver(alert("new-1"))
+
+    async def blocked() -> bool:
+        await executor.run_once()
+        return any(r.status.reason == "pdb_blocked" for r in b.rollbacks())
+
+    await until(blocked, "the drain to wait on the PodDisruptionBudget")
+    [waiting] = b.rollbacks()
+    assert waiting.status.phase is Phase.WAITING
+    assert executor.status().reasons == {("Waiting", "pdb_blocked"): 1}
+    b.store.delete("poddisruptionbudgets", "db", namespace="default")  # the budget allows now
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert b.server.counters.count("create", "pods/eviction", 429) >= 1
+    assert b.server.counters.count("create", "pods/eviction", 201) == 1
 
 
 async def test_a_refused_eviction_is_not_retried_and_its_warning_names_the_node(
@@ -175,11 +283,11 @@ async def test_a_refused_eviction_is_not_retried_and_its_warning_names_the_node(
     await b.deliver(alert("new-1"))
     await b.settled(executor)
 
-    [plan] = await b.plans()
-    assert plan.state is PlanState.FAILED
-    assert plan.reason == "api_error"
-    assert ("drain", "failed") in step_states(plan)
-    assert plan.steps[2].attempts == 1
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.FAILED
+    assert rollback.status.reason == "api_error"
+    assert ("drain", "failed") in step_states(rollback)
+    assert rollback.status.steps[2].attempts == 1
     assert b.server.counters.count("create", "pods/eviction", 400) == 1
     [failed] = b.events("NodesyncDrainFailed")
     assert failed["type"] == "Warning"
@@ -194,9 +302,10 @@ async def test_thirty_alerts_for_thirty_of_a_hundred_new_nodes(b: Bench) -> None
     await b.deliver(*(alert(f"new-{i:03}") for i in range(30)))
     await b.settled(executor, within=40)
 
-    done = await b.plans(PlanState.DONE)
-    refused = await b.plans(PlanState.REFUSED)
+    done = b.rollbacks(Phase.SUCCEEDED)
+    refused = await b.decisions("refused")
     assert len(done) == 10
+    assert len(b.rollbacks()) == 10
     assert len(refused) == 20
     assert {r.reason for r in refused} == {"blast_radius_fraction"}
     cordoned = [
@@ -206,11 +315,15 @@ async def test_thirty_alerts_for_thirty_of_a_hundred_new_nodes(b: Bench) -> None
     assert executor.metrics.refusals("blast_radius_fraction") == 20
     assert executor.metrics.actions("cordon", "done") == 10
     refusal_events = b.events("NodesyncRefused")
-    assert sorted(e["involvedObject"]["name"] for e in refusal_events) == names(refused)
+    assert sorted(e["involvedObject"]["name"] for e in refusal_events) == sorted(
+        r.node for r in refused
+    )
     assert all("blast_radius_fraction" in e["message"] for e in refusal_events)
     assert all(e["type"] == "Warning" for e in refusal_events)
     status = executor.status()
     assert (status.budget_absolute, status.budget_wave_fraction) == (90, 0)
+    assert status.phases is not None
+    assert status.phases["Succeeded"] == 10
 
 
 async def test_old_nodes_failing_together_pause_every_rollback(b: Bench) -> None:
@@ -224,7 +337,7 @@ async def test_old_nodes_failing_together_pause_every_rollback(b: Bench) -> None
     for _ in range(3):
         await b.settled(executor)
 
-    assert await b.plans() == []
+    assert b.rollbacks() == []
     assert nodes_patched(b.server) == 0
     assert b.server.counters.count("create", "pods/eviction") == 0
     assert executor.metrics.refusals("correlated_failure") == 5
@@ -233,7 +346,7 @@ async def test_old_nodes_failing_together_pause_every_rollback(b: Bench) -> None
     assert sorted(e["involvedObject"]["name"] for e in waiting) == [f"new-{i}" for i in range(5)]
     assert all("correlated_failure" in e["message"] for e in waiting)
 
-    # the old nodes recover: the held alerts run
+    # the old nodes recover: the held alerts are decided
     for i in range(4):
         obj = b.node(f"old-{i}")
         obj["status"]["conditions"][0]["status"] = "True"
@@ -244,10 +357,8 @@ async def test_old_nodes_failing_together_pause_every_rollback(b: Bench) -> None
 
     await until(resumed, "the pause to end")
     await b.settled(executor)
-    assert len(await b.plans(PlanState.DONE)) == 1  # 10 % of a 5-node wave: one node
-    assert Counter(r.reason for r in await b.plans(PlanState.REFUSED)) == {
-        "blast_radius_fraction": 4
-    }
+    assert len(b.rollbacks(Phase.SUCCEEDED)) == 1  # 10 % of a 5-node wave: one node
+    assert Counter(r.reason for r in await b.decisions("refused")) == {"blast_radius_fraction": 4}
 
 
 async def test_dry_run_writes_nothing(b: Bench) -> None:
@@ -259,23 +370,30 @@ async def test_dry_run_writes_nothing(b: Bench) -> None:
     executor = b.executor(settings(dry_run=True, max_rollbacks=100))
     b.server.counters.reset()
     alerts = [alert(f"new-{i:02}") for i in range(5)]
-    alerts += [alert("cp-1"), alert("new-00", "evict_pod", namespace="default", pod="app-0")]
+    alerts += [alert("cp-1"), alert("new-09", "evict_pod", namespace="default", pod="app-9")]
     await b.deliver(*alerts)
     await b.settled(executor)
     await b.settled(executor)
 
     assert b.server.counters.writes() == 0
     assert b.events() == []
-    dry = await b.plans(PlanState.DRY_RUN)
-    refused = await b.plans(PlanState.REFUSED)
+    assert b.rollbacks() == []
+    dry = await b.decisions("dry_run")
+    refused = await b.decisions("refused")
     assert len(dry) == 3  # two of a 20-node wave, and the eviction
-    assert all(r.dry_run for r in dry + refused)
+    assert Counter(d.reason for d in dry) == {"plan": 3}
+    assert all(d.rollback for d in dry)
     assert Counter(r.reason for r in refused) == {"blast_radius_fraction": 3, "control_plane": 1}
-    assert all(s.state.value == "pending" for r in dry for s in r.steps)
     assert executor.metrics.actions("cordon", "dry_run") == 2
     assert executor.metrics.actions("evict_pod", "dry_run") == 1
     assert executor.metrics.actions("cordon", "done") == 0
     assert executor.metrics.refusals("control_plane") == 1
+    # a fresh executor on the same journal keeps the dry run's budget
+    again = b.executor(settings(dry_run=True, max_rollbacks=100))
+    await b.deliver(alert("new-19", fingerprint="late"))
+    await b.settled(again)
+    [late] = [d for d in await b.decisions() if d.alert_key[0] == "late"]
+    assert (late.verdict, late.reason) == ("refused", "blast_radius_fraction")
 
 
 async def test_nodes_never_touched(b: Bench) -> None:
@@ -293,7 +411,7 @@ async def test_nodes_never_touched(b: Bench) -> None:
     await b.deliver(*alerts)
     await b.settled(executor)
 
-    refused = await b.plans(PlanState.REFUSED)
+    refused = await b.decisions("refused")
     assert len(refused) == 8
     assert Counter((r.node, r.reason) for r in refused) == {
         ("cp-1", "control_plane"): 2,
@@ -301,6 +419,7 @@ async def test_nodes_never_touched(b: Bench) -> None:
         ("ca-1", "other_remediator"): 2,
         ("old-1", "scale_out_window"): 2,
     }
+    assert b.rollbacks() == []
     assert nodes_patched(b.server) == 0
     assert b.server.counters.count("create", "pods/eviction") == 0
     assert b.event_reasons() == ["NodesyncRefused"] * 8
@@ -319,7 +438,7 @@ async def test_planner_refusals(b: Bench) -> None:
         alert("new-1", "evict_pod", fingerprint="d"),
     )
     await b.settled(executor)
-    assert Counter(r.reason for r in await b.plans(PlanState.REFUSED)) == {
+    assert Counter(r.reason for r in await b.decisions("refused")) == {
         "no_action": 1,
         "unknown_action": 1,
         "unknown_node": 1,
@@ -343,15 +462,16 @@ async def test_evict_pod_once_and_a_gone_pod_is_done(b: Bench) -> None:
             alert("new-1", "evict_pod", fingerprint="b", namespace="default", pod="never-was")
         )
         await b.settled(executor)
-    plans = await b.plans(PlanState.DONE)
-    assert len(plans) == 2
-    details = sorted(p.steps[0].detail for p in plans)
+    rollbacks = b.rollbacks(Phase.SUCCEEDED)
+    assert len(rollbacks) == 2
+    details = sorted(r.status.steps[0].message for r in rollbacks)
     assert "no longer on node" in details[1]
     assert b.server.counters.count("create", "pods/eviction") == 1
     assert nodes_patched(b.server) == 0
     [event] = [e for e in b.events("NodesyncEvictPod") if e["involvedObject"]["kind"] == "Pod"
                and e["involvedObject"]["name"] == "stuck"]  # fmt: skip
     assert event["involvedObject"]["namespace"] == "default"
+    assert event["involvedObject"]["uid"]
 
 
 async def test_cleanup_orphans_asks_the_agent_and_verifies(b: Bench) -> None:
@@ -360,51 +480,133 @@ async def test_cleanup_orphans_asks_the_agent_and_verifies(b: Bench) -> None:
     executor = b.executor()
     await b.deliver(alert("new-1", "cleanup_orphans", kind="orphan_sandbox"))
     await b.settled(executor)
-    [plan] = await b.plans(PlanState.DONE)
-    assert step_states(plan) == [("cleanup_runtime", "done"), ("verify", "done")]
-    assert "removed 2 sandboxes and 3 containers" in plan.steps[0].detail
+    [rollback] = b.rollbacks(Phase.SUCCEEDED)
+    assert step_states(rollback) == [("cleanup_runtime", "done"), ("verify", "done")]
+    assert "removed 2 sandboxes and 3 containers" in rollback.status.steps[0].message
     assert not b.node("new-1")["spec"].get("unschedulable")
     assert nodes_patched(b.server) == 1
 
 
-async def test_a_failed_or_missing_cleanup_fails_the_plan(b: Bench) -> None:
+async def test_a_dead_runtime_skips_the_cleanup_and_the_node_is_deleted(b: Bench) -> None:
+    """The agent answers that the runtime cannot be read: the node is going away, its runtime
+    state with it; the rollback goes on to the deletion and says why it did not clean."""
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    b.agent.state = "unavailable"
+    executor = b.executor(settings(delete_nodes=True))
+    await b.deliver(alert("new-1"))
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED
+    cleanup = rollback.status.steps[3]
+    assert (cleanup.state, cleanup.reason) == (StepState.SKIPPED, "runtime_unavailable")
+    assert step_states(rollback)[-1] == ("delete_node", "done")
+    assert b.store.try_get("nodes", "new-1") is None
+    assert b.events("NodesyncCleanupRuntimeSkipped")
+
+
+async def test_without_delete_nodes_a_skipped_cleanup_asks_for_a_person(b: Bench) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    b.agent.state = "failed"
+    executor = b.executor()
+    await b.deliver(alert("new-1"))
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert rollback.status.steps[3].reason == "cleanup_failed"
+    assert "runtime unavailable" in rollback.status.steps[3].message
+    assert "delete the Node" in rollback.status.action_required
+    [event] = b.events("NodesyncActionRequired")
+    assert event["type"] == "Warning"
+    assert b.store.try_get("nodes", "new-1") is not None
+
+
+async def test_an_unreachable_nodes_silent_agent_does_not_hold_the_rollback(b: Bench) -> None:
+    b.add_node("new-1", lease_age=None)  # never renewed a Lease: the node is dark
+    await b.wait_cluster(1)
+    b.agent.hold = True
+    executor = b.executor(settings(delete_nodes=True, cleanup_ack_timeout=0.3))
+    await b.deliver(alert("new-1"))
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert rollback.status.steps[3].reason == "agent_unreachable"
+    assert b.store.try_get("nodes", "new-1") is None
+
+
+async def test_a_stale_cleanup_answer_of_an_earlier_rollback_is_never_taken(b: Bench) -> None:
+    """An earlier rollback left its request and the agent's answer on the node. With no agent
+    answering now, the new rollback's cleanup times out: the node is not deleted."""
+    b.add_node("new-1", ready="True", lease_age=1)
+    obj = b.node("new-1")
+    obj["metadata"]["annotations"] = {
+        CLEANUP_REQUEST_ANNOTATION: "nodesync-plan-1",
+        CLEANUP_STATUS_ANNOTATION: json.dumps({"id": "nodesync-plan-1", "state": "done"}),
+    }
+    b.store.replace("nodes", obj)
+    conditions = b.node("new-1")
+    conditions["status"]["conditions"][0]["status"] = "False"
+    b.store.replace("nodes", conditions, subresource="status")
+    await b.wait_cluster(1)
+    b.agent.hold = True
+
+    async def renew() -> None:
+        while True:  # the kubelet renews its Lease: the node is reachable, its agent silent
+            b.renew_lease("new-1")
+            await asyncio.sleep(0.1)
+
+    renewing = asyncio.create_task(renew())
+    try:
+        executor = b.executor(settings(delete_nodes=True, cleanup_timeout=0.5))
+        await b.deliver(alert("new-1"))
+        await b.settled(executor)
+    finally:
+        renewing.cancel()
+    [rollback] = b.rollbacks()
+    assert (rollback.status.phase, rollback.status.reason) == (Phase.FAILED, "cleanup_timeout")
+    assert step_states(rollback)[-1] == ("delete_node", "skipped")
+    assert b.store.try_get("nodes", "new-1") is not None
+    assert b.server.counters.count("delete", "nodes") == 0
+    assert b.node("new-1")["metadata"]["annotations"][CLEANUP_REQUEST_ANNOTATION] == rollback.uid
+
+
+async def test_waiting_for_an_agent_holds_no_slot(b: Bench) -> None:
+    """With one slot, a rollback that waits for its node's agent lets the next one run."""
     b.add_node("new-1")
     b.add_node("new-2")
     await b.wait_cluster(2)
-    b.agent.state = "failed"
-    executor = b.executor(settings(max_rollback_fraction=1.0))
-    await b.deliver(alert("new-1"))
-    await b.settled(executor)
-    [plan] = await b.plans()
-    assert (plan.state, plan.reason) == (PlanState.FAILED, "cleanup_failed")
-    assert "runtime unavailable" in plan.steps[3].detail
-
     b.agent.hold = True
-    executor = b.executor(settings(max_rollback_fraction=1.0, cleanup_timeout=0.3))
+    executor = b.executor(settings(max_concurrent_rollbacks=1, max_rollback_fraction=1.0))
+    await b.deliver(alert("new-1"))
+    await until(lambda: _step_is(b, "cleanup_runtime", StepState.RUNNING, executor), "waiting")
     await b.deliver(alert("new-2"))
+
+    async def second_waits_too() -> bool:
+        await executor.run_once()
+        return (
+            all(r.status.phase is Phase.WAITING for r in b.rollbacks()) and len(b.rollbacks()) == 2
+        )
+
+    await until(second_waits_too, "the second rollback to reach its cleanup")
+    b.agent.hold = False
     await b.settled(executor)
-    [_, second] = await b.plans()
-    assert (second.state, second.reason) == (PlanState.FAILED, "cleanup_timeout")
-    assert [e["type"] for e in b.events("NodesyncCleanupRuntimeFailed")] == ["Warning"] * 2
+    assert [r.status.phase for r in b.rollbacks()] == [Phase.SUCCEEDED] * 2
 
 
-async def test_an_alert_resolved_before_its_plan_started_is_cancelled(b: Bench) -> None:
+async def test_an_alert_resolved_before_its_rollback_started_cancels_it(b: Bench) -> None:
     b.add_node("new-1")
     await b.wait_cluster(1)
-    firing = alert("new-1")
-    await b.deliver(firing)
     executor = b.executor()
-    # planned (e.g. by a controller that stopped before it started the plan) ...
-    planned = plan_alert(firing, b.cluster.view(), delete_nodes=False)
-    assert isinstance(planned, Plan)
-    await b.journal.save_plan(firing.key, planned, dry_run=False, state=PlanState.PENDING)
-    # ... and then the alert resolved
-    resolved = alert("new-1", status="resolved", starts_at=firing.starts_at)
-    await b.deliver(resolved)
+    firing = alert("new-1")
+    [pending] = await decided(b, executor, firing)  # decided; no step has started
+    assert pending.status.phase is Phase.PENDING
+    b.server.counters.reset()
+    await b.deliver(alert("new-1", status="resolved", starts_at=firing.starts_at))
     await b.settled(executor)
-    [plan] = await b.plans()
-    assert plan.state is PlanState.CANCELLED
-    assert b.server.counters.writes() == 0
+    [rollback] = b.rollbacks()
+    assert (rollback.status.phase, rollback.status.reason) == (Phase.CANCELLED, "alert_resolved")
+    assert nodes_patched(b.server) == 0
 
 
 async def test_a_node_that_recovered_is_not_rolled_back(b: Bench) -> None:
@@ -413,10 +615,10 @@ async def test_a_node_that_recovered_is_not_rolled_back(b: Bench) -> None:
     executor = b.executor()
     await b.deliver(alert("new-1"))
     await b.settled(executor)
-    [plan] = await b.plans()
-    assert (plan.state, plan.reason) == (PlanState.CANCELLED, "recovered")
+    [rollback] = b.rollbacks()
+    assert (rollback.status.phase, rollback.status.reason) == (Phase.CANCELLED, "recovered")
     assert nodes_patched(b.server) == 0
-    assert b.event_reasons() == ["NodesyncCordonSkipped"]
+    assert b.event_reasons() == ["NodesyncCordonSkipped", "NodesyncRollback"]
     # its budget is released: nothing was touched
     assert executor.status().budget_absolute == 10
 
@@ -456,18 +658,18 @@ async def test_only_the_leader_executes(b: Bench) -> None:
         one.lead(True)
 
         async def cleaning() -> bool:
-            plans = await b.plans()
-            return bool(plans) and plans[0].steps[2].state.value == "done"
+            rollbacks = b.rollbacks()
+            return bool(rollbacks) and rollbacks[0].status.steps[2].state is StepState.DONE
 
-        await until(cleaning, "the leader to run the plan up to the cleanup")
+        await until(cleaning, "the leader to run the rollback up to the cleanup")
         assert first.status().leader
         assert not second.status().leader
-        one.lead(False)  # the lead moves to the other controller mid-plan
+        one.lead(False)  # the lead moves to the other controller mid-rollback
         first.wakeup.set()
         await until(_not_leading(first), "the first executor to stop")
         b.agent.hold = False
         two.lead(True)
-        await until(_done(b, 1), "the new leader to finish the plan")
+        await until(_succeeded(b, 1), "the new leader to finish the rollback")
     assert [first.metrics.actions(k, "done") for k in ("cordon", "cleanup_runtime")] == [1, 0]
     assert [second.metrics.actions(k, "done") for k in ("cordon", "cleanup_runtime")] == [0, 1]
     assert nodes_patched(b.server) == 3
@@ -488,77 +690,116 @@ def _not_leading(executor: Executor) -> Callable[[], Awaitable[bool]]:
     return check
 
 
-def _done(b: Bench, n: int) -> Callable[[], Awaitable[bool]]:
+def _succeeded(b: Bench, n: int) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
-        return len(await b.plans(PlanState.DONE)) == n
+        return len(b.rollbacks(Phase.SUCCEEDED)) == n
 
     return check
 
 
-async def _saved_plan(b: Bench, node: str) -> int:
-    firing = alert(node)
-    await b.deliver(firing)
-    planned = plan_alert(firing, b.cluster.view(), delete_nodes=False)
-    assert isinstance(planned, Plan)
-    return await b.journal.save_plan(firing.key, planned, dry_run=False, state=PlanState.RUNNING)
-
-
-async def test_a_node_created_again_under_its_name_is_not_the_planned_node(b: Bench) -> None:
+async def test_a_node_created_again_under_its_name_is_not_the_decided_node(b: Bench) -> None:
     b.add_node("new-1")
     await b.wait_cluster(1)
-    await _saved_plan(b, "new-1")
+    executor = b.executor()
+    await decided(b, executor, alert("new-1"))
     b.store.delete("nodes", "new-1")
-    b.add_node("new-1", age=-2, lease_age=None)  # a new machine took the name after the plan
-    await b.settled(b.executor())
-    [plan] = await b.plans()
-    assert (plan.state, plan.reason) == (PlanState.DONE, "node_gone")
-    assert step_states(plan)[0] == ("cordon", "skipped")
-    assert "created again" in plan.steps[0].detail
+    b.add_node("new-1", age=-2, lease_age=None)  # a new machine took the name after the decision
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    assert (rollback.status.phase, rollback.status.reason) == (Phase.SUCCEEDED, "node_gone")
+    assert step_states(rollback)[0] == ("cordon", "skipped")
+    assert "another object now" in rollback.status.steps[0].message
     assert nodes_patched(b.server) == 0
     assert not b.node("new-1")["spec"].get("unschedulable")
 
 
-async def test_resumed_after_a_failed_step_the_plan_fails_without_acting(b: Bench) -> None:
-    b.add_node("new-1")
-    await b.wait_cluster(1)
-    plan_id = await _saved_plan(b, "new-1")
-    await b.journal.update_step(plan_id, 0, StepState.DONE, "cordoned the node", 1)
-    await b.journal.update_step(plan_id, 1, StepState.FAILED, "API error", 5)
-    await b.settled(b.executor())
-    [plan] = await b.plans()
-    assert (plan.state, plan.reason) == (PlanState.FAILED, "taint failed")
-    assert [s for _, s in step_states(plan)] == ["done", "failed", "skipped", "skipped", "skipped"]
-    assert b.server.counters.writes() == 0
-
-
-async def test_a_recovered_node_is_given_back_when_the_plan_resumes(b: Bench) -> None:
+async def test_a_finished_rollback_is_not_driven_again(b: Bench) -> None:
     b.add_node("new-1")
     await b.wait_cluster(1)
     executor = b.executor()
-    plan_id = await _saved_plan(b, "new-1")
-    # cordoned and tainted by a controller that then stopped ...
+    [rollback] = await decided(b, executor, alert("new-1"))
+    failed = StepResult(StepState.FAILED, "API error", reason="api_error", stop=Phase.FAILED)
+    writes = RollbackWrites(b.api)
+    await writes.change_status(
+        rollback.name, lambda r: finish_step(start_step(r.status, 0, 1.0), 0, failed, 2.0)
+    )
+    b.server.counters.reset()
+    await b.settled(executor)
+    [after] = b.rollbacks()
+    assert (after.status.phase, after.status.reason) == (Phase.FAILED, "api_error")
+    assert b.server.counters.writes() == 0
+
+
+async def test_a_recovered_node_is_given_back_what_the_record_says_it_made(b: Bench) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    executor = b.executor()
+    [rollback] = await decided(b, executor, alert("new-1"))
+    # a controller cordoned and tainted the node, recorded the cordon, and stopped right after
+    # the taint's effect, before recording it (the intent says the taint was absent before)
     writer = KubeWriter(b.api)
     await writer.cordon("new-1")
     await writer.add_taint("new-1", Taint("nodesync.io/rollback", "NoSchedule"))
-    await b.journal.update_step(plan_id, 0, StepState.DONE, "cordoned the node", 1)
-    await b.journal.update_step(plan_id, 1, StepState.DONE, "tainted", 1)
+    absent = {OBSERVED_BEFORE: BEFORE_ABSENT}
+    cordoned = StepResult(StepState.DONE, "cordoned the node", made_change=True)
+    await RollbackWrites(b.api).change_status(
+        rollback.name,
+        lambda r: start_step(
+            finish_step(start_step(r.status, 0, 1.0, absent), 0, cordoned, 2.0), 1, 3.0, absent
+        ),
+    )
     # ... and meanwhile the node recovered
     obj = b.node("new-1")
     obj["status"]["conditions"][0]["status"] = "True"
     b.store.replace("nodes", obj, subresource="status")
+    b.renew_lease("new-1")
 
     async def ready_in_view() -> bool:
         seen = b.cluster.view().node("new-1")
         return seen is not None and seen.conditions[0].status == "True"
 
     await until(ready_in_view, "the view to see the node Ready")
-    b.server.counters.reset()
     await b.settled(executor)
-    [plan] = await b.plans()
-    assert (plan.state, plan.reason) == (PlanState.CANCELLED, "recovered")
+    [after] = b.rollbacks()
+    assert (after.status.phase, after.status.reason) == (Phase.CANCELLED, "recovered")
     node = b.node("new-1")
     assert not node["spec"].get("unschedulable")
     assert not node["spec"].get("taints")
-    assert nodes_patched(b.server) == 2
-    assert b.event_reasons("new-1") == ["NodesyncDrainSkipped", "NodesyncUndone"]
+    assert b.events("NodesyncUndone")
     assert executor.metrics.actions("undo", "done") == 1
+
+
+async def test_a_paused_rollback_waits_before_its_next_step(b: Bench) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    executor = b.executor()
+    [rollback] = await decided(b, executor, alert("new-1"))
+    writes = RollbackWrites(b.api)
+    await writes.change_spec(rollback.name, lambda r: dataclasses.replace(r.spec, paused=True))
+
+    async def held() -> bool:
+        await executor.run_once()
+        return b.rollbacks()[0].status.reason == "paused"
+
+    await until(held, "the rollback to wait on its pause")
+    assert nodes_patched(b.server) == 0
+    await writes.change_spec(rollback.name, lambda r: dataclasses.replace(r.spec, paused=False))
+    await b.settled(executor)
+    assert b.rollbacks()[0].status.phase is Phase.SUCCEEDED
+
+
+async def test_finished_rollbacks_are_deleted_after_the_retention(b: Bench) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    executor = b.executor(settings(rollback_retention=0.2))
+    await b.deliver(alert("new-1"))
+    await b.settled(executor)
+    assert len(b.rollbacks()) == 1
+
+    async def gone() -> bool:
+        executor._retired_at = 0.0  # look again at every pass
+        await executor.run_once()
+        return b.rollbacks() == []
+
+    await until(gone, "the finished rollback to be deleted")
+    assert noderollback_writes(b.server)["delete"] == 1

@@ -18,7 +18,8 @@ from exporter.controller.app import make_app
 from exporter.controller.executor import EXECUTOR, executor_extension
 from exporter.controller.settings import ControllerSettings, ExecutorSettings
 from exporter.controller.webhook import webhook_extension
-from exporter.model.rollback import PlanState
+from exporter.kube.noderollbacks import node_rollback
+from exporter.model.rollback import Phase
 from exporter.settings.declare import changed
 from nodesync_sim.apiserver import APIServer
 from tests.controller.alert_builders import alert as am_alert
@@ -67,8 +68,14 @@ def rollback(node: str, fingerprint: str) -> dict[str, object]:
     return body(am_alert(fingerprint, node=node, starts_at=STARTS))
 
 
-async def plans(client: Client, *states: PlanState) -> int:
-    return len(await journal(client).plans(states or None))
+def rollbacks(server: APIServer, *phases: Phase) -> int:
+    """NodeRollbacks in the server (in these phases)."""
+    found = [node_rollback(o) for o in server.store.list("noderollbacks")]
+    return sum(1 for r in found if not phases or r.status.phase in phases)
+
+
+async def decisions(client: Client, verdict: str | None = None) -> int:
+    return len(await journal(client).decisions(verdict))
 
 
 async def test_posted_three_times_each_step_runs_once(
@@ -86,19 +93,20 @@ async def test_posted_three_times_each_step_runs_once(
         assert response.status == 200
 
     async def done() -> bool:
-        return await plans(client, PlanState.DONE) == 1
+        return rollbacks(server, Phase.SUCCEEDED) == 1
 
     await until(done, "the rollback to finish", 30)
     assert server.store.try_get("nodes", "new-1") is None
     assert server.counters.count("patch", "nodes") == 3
     assert server.counters.count("delete", "nodes") == 1
-    assert server.counters.count("create", "events") == 6
-    assert await plans(client) == 1
+    assert server.counters.count("create", "events") == 7  # the decision, and each step
+    assert rollbacks(server) == 1
+    assert await decisions(client) == 1
     text = await scrape(client)
     assert series(text, "nodesync_actions_total")[labels(action="cordon", result="done")] == 1
     assert series(text, "nodesync_actions_total")[labels(action="delete_node", result="done")] == 1
     assert series(text, "nodesync_executor_leader") == {labels(): 1.0}
-    assert series(text, "nodesync_plans_in_progress") == {labels(): 0.0}
+    assert series(text, "nodesync_rollbacks")[labels(phase="Succeeded")] == 1
     assert series(text, "nodesync_rollbacks_paused") == {labels(): 0.0}
     assert series(text, "nodesync_rollback_budget_remaining")[labels(kind="absolute")] == 9
     assert 0 <= series(text, "nodesync_api_write_tokens")[labels()] <= 10
@@ -119,11 +127,12 @@ async def test_dry_run_through_the_app_writes_nothing(
     assert (await post(client, body(*alerts))).status == 200
 
     async def planned() -> bool:
-        return await plans(client) == 3
+        return await decisions(client) == 3
 
-    await until(planned, "three alerts planned")
-    assert await plans(client, PlanState.DRY_RUN) == 1
-    assert await plans(client, PlanState.REFUSED) == 2
+    await until(planned, "three alerts decided")
+    assert await decisions(client, "dry_run") == 1
+    assert await decisions(client, "refused") == 2
+    assert rollbacks(server) == 0
     assert server.counters.writes() == 0
     text = await scrape(client)
     assert series(text, "nodesync_actions_total")[labels(action="cordon", result="dry_run")] == 1
@@ -155,6 +164,6 @@ async def test_with_leader_election_it_executes_once_it_leads(
     assert (await post(client, rollback("new-1", "00000000000000b1"))).status == 200
 
     async def done() -> bool:
-        return await plans(client, PlanState.DONE) == 1
+        return rollbacks(server, Phase.SUCCEEDED) == 1
 
     await until(done, "the rollback to finish", 30)

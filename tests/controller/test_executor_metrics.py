@@ -8,17 +8,19 @@ import re
 import pytest
 
 from exporter.controller.executor import REFUSAL_REASONS
-from exporter.metrics.rollback import ACTIONS, RESULTS, RollbackMetrics, RollbackStatus
+from exporter.controller.steps import REASONS as ROLLBACK_REASONS
+from exporter.metrics.rollback import ACTIONS, PHASES, RESULTS, ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
-from exporter.model.rollback import StepKind, StepState
+from exporter.model.rollback import Phase, StepKind, StepState
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, render, series
 from tests.metrics.promtool import check_metrics
 
 SECTION = "Controller: rollback"
 
-FULL = RollbackStatus(
-    plans_in_progress=3,
+FULL = ExecutorStatus(
+    phases={"Pending": 1, "Running": 2, "Waiting": 1, "Succeeded": 5, "Failed": 1},
+    reasons={("Waiting", "waiting_for_agent"): 1, ("Failed", "pdb_blocked"): 1},
     leader=True,
     paused=True,
     budget_absolute=7,
@@ -27,7 +29,7 @@ FULL = RollbackStatus(
 )
 
 
-def exposition(status: RollbackStatus = FULL) -> str:
+def exposition(status: ExecutorStatus = FULL) -> str:
     metrics = RollbackMetrics(REFUSAL_REASONS)
     metrics.action("cordon", "done")
     metrics.action("cordon", "done")
@@ -47,7 +49,15 @@ def test_counts_and_gauges() -> None:
     assert set(refusals) == {labels(reason=r) for r in REFUSAL_REASONS}
     assert refusals[labels(reason="blast_radius_fraction")] == 1
     assert sum(refusals.values()) == 1
-    assert series(text, "nodesync_plans_in_progress") == {labels(): 3}
+    assert series(text, "nodesync_rollbacks") == {
+        labels(phase=p): n
+        for p, n in {"Pending": 1, "Running": 2, "Waiting": 1, "Succeeded": 5, "Failed": 1,
+                     "Cancelled": 0}.items()
+    }  # fmt: skip
+    assert series(text, "nodesync_rollbacks_by_reason") == {
+        labels(phase="Waiting", reason="waiting_for_agent"): 1,
+        labels(phase="Failed", reason="pdb_blocked"): 1,
+    }
     assert series(text, "nodesync_executor_leader") == {labels(): 1}
     assert series(text, "nodesync_rollbacks_paused") == {labels(): 1}
     assert series(text, "nodesync_rollback_budget_remaining") == {
@@ -59,8 +69,9 @@ def test_counts_and_gauges() -> None:
 
 def test_unknown_state_leaves_series_out() -> None:
     text = exposition(
-        RollbackStatus(
-            plans_in_progress=0,
+        ExecutorStatus(
+            phases=None,
+            reasons={},
             leader=False,
             paused=None,
             budget_absolute=None,
@@ -70,6 +81,7 @@ def test_unknown_state_leaves_series_out() -> None:
     )
     assert series(text, "nodesync_executor_leader") == {labels(): 0}
     for name in (
+        "nodesync_rollbacks",
         "nodesync_rollbacks_paused",
         "nodesync_rollback_budget_remaining",
         "nodesync_api_write_tokens",
@@ -79,7 +91,9 @@ def test_unknown_state_leaves_series_out() -> None:
 
 def test_label_values_are_the_code_s() -> None:
     assert [k.value for k in StepKind] == list(ACTIONS[:-1])
-    assert [s.value for s in StepState if s is not StepState.PENDING] == list(RESULTS[:-1])
+    unfinished = (StepState.PENDING, StepState.RUNNING)
+    assert [s.value for s in StepState if s not in unfinished] == list(RESULTS[:-1])
+    assert [p.value for p in Phase] == list(PHASES)
     assert set(REFUSAL_REASONS) == {*planner.REASONS, *guards.REASONS}
     metrics = RollbackMetrics(REFUSAL_REASONS)
     with pytest.raises(ValueError, match="unknown"):
@@ -115,6 +129,10 @@ def test_the_section_lists_every_label_value() -> None:
     assert values == ["reason", *REFUSAL_REASONS]
     values = re.findall(r"`([a-z_]+)`", rows["nodesync_rollback_budget_remaining"])
     assert values == ["kind", "absolute", "wave_fraction"]
+    values = re.findall(r"`([A-Za-z_]+)`", rows["nodesync_rollbacks"])
+    assert values == ["phase", *PHASES]
+    values = re.findall(r"`([A-Za-z_]+)`", rows["nodesync_rollbacks_by_reason"])
+    assert values == ["phase", "reason", *ROLLBACK_REASONS]
 
 
 @pytest.mark.prometheus

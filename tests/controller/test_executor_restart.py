@@ -1,12 +1,12 @@
-"""A controller killed in the middle of a rollback resumes after a restart without repeating any
-step's effect, and without losing an alert it had accepted.
+"""A controller killed in the middle of a rollback: another one, with a journal of its own, finishes
+it from the NodeRollback, each effect made once, and the record matches the cluster.
 
 The honest version runs the executor in a subprocess (this module is its entry point) and kills
-it with SIGKILL while it waits for a node's runtime cleanup; a second one then finishes the
-work from the same journal file. The precise version stops an executor right after a write and
-before the journal recorded it (the worst moment), and starts a fresh one on the same file.
-Writes and Events are counted by the test API server; the node agents' side of the cleanup is
-played by ``executor_harness.Agent`` through the API server's store.
+it with SIGKILL while it waits for a node's runtime cleanup; a second one, on another journal
+file (as after a failover), finishes the work. The precise version stops an executor right after
+each kind of write and before its outcome was recorded (the worst moment), and starts a fresh
+one on a fresh journal. Writes and Events are counted by the test API server; the node agents'
+side of the cleanup is played by ``executor_harness.Agent`` through the API server's store.
 """
 
 from __future__ import annotations
@@ -18,20 +18,26 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from exporter.controller.cluster import ClusterWatch
 from exporter.controller.executor import REFUSAL_REASONS, Executor
 from exporter.controller.journal import Journal
+from exporter.controller.rollbacks import RollbackWatch
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
+from exporter.kube.noderollbacks import RollbackWrites
 from exporter.kube.writer import KubeWriter, WriteResult
 from exporter.metrics.rollback import RollbackMetrics
-from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, PlanState
+from exporter.model.alerts import Alert
+from exporter.model.kube import Taint
+from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, Phase, StepState
 from exporter.settings.declare import changed
 from tests.controller.executor_harness import (
     FAST,
@@ -39,14 +45,16 @@ from tests.controller.executor_harness import (
     alert,
     bench,
     nodes_patched,
+    payload,
     running,
     step_states,
     until,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = changed(FAST, max_concurrent_rollbacks=1, max_rollback_fraction=1.0, cleanup_timeout=60)
+SETTINGS = changed(FAST, max_rollback_fraction=1.0, cleanup_timeout=60)
 STEP_EVENTS = {
+    "NodesyncRollback",
     "NodesyncCordon",
     "NodesyncTaint",
     "NodesyncDrain",
@@ -63,18 +71,25 @@ async def _serve(kubeconfig: str, journal_path: str) -> None:
     api = KubeAPI(await kubeconfig_configuration(kubeconfig))
     cluster = ClusterWatch(api, wave_label=None, wave_gap=120.0)
     cluster.start()
+    watch = RollbackWatch(api)
+    watching = asyncio.create_task(watch.run())
     journal = await Journal.open(journal_path)
     executor = Executor(
         journal,
         KubeWriter(api),
+        RollbackWrites(api),
+        watch,
         cluster,
         SETTINGS,
         RollbackMetrics(REFUSAL_REASONS),
         poll_interval=0.05,
-        cleanup_poll_interval=0.02,
+        step_poll_interval=0.02,
     )
     print("executor running", flush=True)
-    await executor.run()
+    try:
+        await executor.run()
+    finally:
+        watching.cancel()
 
 
 if __name__ == "__main__":
@@ -115,7 +130,16 @@ def events_by_node(b: Bench) -> Counter[tuple[str, str]]:
     return Counter((e["involvedObject"]["name"], e["reason"]) for e in b.events())
 
 
-async def test_sigkill_mid_rollback_resumes_without_repeating_a_step(
+async def _deliver_to(journal_path: Path, *alerts: Alert) -> None:
+    """What Alertmanager delivers to one controller (its own journal)."""
+    journal = await Journal.open(str(journal_path))
+    try:
+        await journal.record(payload(*alerts), received_at=time.time())
+    finally:
+        await journal.close()
+
+
+async def test_sigkill_mid_rollback_another_controller_finishes_it(
     b: Bench, tmp_path: Path
 ) -> None:
     b.add_node("new-1")
@@ -125,111 +149,145 @@ async def test_sigkill_mid_rollback_resumes_without_repeating_a_step(
     await b.wait_cluster(2)
     kubeconfig = b.server.write_kubeconfig(tmp_path / "kubeconfig")
     log = tmp_path / "executor.log"
-    b.agent.hold = True  # the cleanup waits: the first controller dies in the middle of it
-    await b.deliver(alert("new-1"))
+    first_journal, second_journal = tmp_path / "first.db", tmp_path / "second.db"
+    b.agent.hold = True  # the cleanups wait: the first controller dies in the middle of them
+    await _deliver_to(first_journal, alert("new-1"), alert("new-2"))
 
-    with executor_process(kubeconfig, b.journal_path, log) as first:
+    with executor_process(kubeconfig, first_journal, log) as first:
 
         async def cleaning() -> bool:
             assert first.poll() is None, log.read_text()
-            annotations = b.node("new-1")["metadata"].get("annotations") or {}
-            return CLEANUP_REQUEST_ANNOTATION in annotations
+            return all(
+                CLEANUP_REQUEST_ANNOTATION in (b.node(n)["metadata"].get("annotations") or {})
+                for n in ("new-1", "new-2")
+            )
 
-        await until(cleaning, "the first controller to ask for new-1's cleanup", 30)
-        # another alert arrives and is accepted while the first plan runs (it waits: one
-        # rollback at a time)
-        await b.deliver(alert("new-2"))
-
-        async def deferred() -> bool:
-            return any(e["reason"] == "NodesyncWaiting" for e in b.events())
-
-        await until(deferred, "the second alert to be held back", 30)
+        await until(cleaning, "the first controller to ask for both cleanups", 30)
         os.kill(first.pid, signal.SIGKILL)
         assert first.wait(timeout=10) == -signal.SIGKILL
-    [running_plan] = await b.plans(PlanState.RUNNING)
-    assert step_states(running_plan)[:3] == [
-        ("cordon", "done"),
-        ("taint", "done"),
-        ("drain", "done"),
-    ]
-    assert step_states(running_plan)[3] == ("cleanup_runtime", "pending")
-    before = (nodes_patched(b.server), b.server.counters.count("create", "pods/eviction"))
-    assert before == (3, 1)
+    for rollback in b.rollbacks():
+        assert rollback.status.phase is Phase.WAITING
+        assert step_states(rollback)[:3] == [
+            ("cordon", "done"),
+            ("taint", "done"),
+            ("drain", "done"),
+        ]
+        assert step_states(rollback)[3] == ("cleanup_runtime", "running")
+    assert (nodes_patched(b.server), b.server.counters.count("create", "pods/eviction")) == (6, 2)
 
+    # Another controller, its journal empty, takes over; Alertmanager sends it the group again.
     b.agent.hold = False
-    with executor_process(kubeconfig, b.journal_path, log) as second:
+    await _deliver_to(second_journal, alert("new-1"), alert("new-2"))
+    with executor_process(kubeconfig, second_journal, log) as second:
 
         async def finished() -> bool:
             assert second.poll() is None, log.read_text()
-            done = await b.plans(PlanState.DONE)
-            return len(done) == 2
+            return len(b.rollbacks(Phase.SUCCEEDED)) == 2
 
-        await until(finished, "both rollbacks to finish after the restart", 30)
+        await until(finished, "the second controller to finish both rollbacks", 30)
 
-    assert sorted(p.node for p in await b.plans(PlanState.DONE)) == ["new-1", "new-2"]
-    # no step repeated: three node patches and one eviction per node, one Event per step
+    assert len(b.rollbacks()) == 2  # the re-sent alerts joined, nothing new was decided
+    # no effect repeated: three node patches and one eviction per node, one Event per step
     assert nodes_patched(b.server) == 6
     assert b.server.counters.count("create", "pods/eviction") == 2
-    events = events_by_node(b)
-    assert {k: v for k, v in events.items() if k[1] != "NodesyncWaiting"} == {
+    assert events_by_node(b) == {
         (node, reason): 1 for node in ("new-1", "new-2") for reason in STEP_EVENTS
     }
-    assert events[("new-2", "NodesyncWaiting")] == 1
-    assert b.agent.answered == [("new-1", "nodesync-plan-1"), ("new-2", "nodesync-plan-2")]
+    assert sorted(b.agent.answered) == sorted((r.spec.node, r.uid) for r in b.rollbacks())
 
 
-class StopsAfterCordon(KubeWriter):
-    """Writes the cordon, then never returns: the executor is stopped right after a write
-    and before its journal recorded the step."""
+class StopsAfter(KubeWriter):
+    """Makes one kind of write, then never returns: the executor is stopped right after an
+    effect and before its outcome was recorded."""
 
-    def __init__(self, api: KubeAPI) -> None:
+    def __init__(self, api: KubeAPI, write: str) -> None:
         super().__init__(api)
-        self.cordoned = asyncio.Event()
+        self.write = write
+        self.done = asyncio.Event()
+
+    async def _then_hang(self) -> None:
+        self.done.set()
+        await asyncio.Event().wait()
 
     async def cordon(self, node: str) -> WriteResult:
-        await super().cordon(node)
-        self.cordoned.set()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
+        result = await super().cordon(node)
+        if self.write == "cordon":
+            await self._then_hang()
+        return result
+
+    async def add_taint(self, node: str, taint: Taint) -> WriteResult:
+        result = await super().add_taint(node, taint)
+        if self.write == "taint":
+            await self._then_hang()
+        return result
+
+    async def evict(self, namespace: str, name: str, uid: str = "", **kw: Any) -> Any:
+        result = await super().evict(namespace, name, uid, **kw)
+        if self.write == "drain":
+            await self._then_hang()
+        return result
+
+    async def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> Any:
+        result = await super().annotate_node(node, annotations)
+        if self.write == "cleanup_runtime":
+            await self._then_hang()
+        return result
+
+    async def delete_node(self, name: str, uid: str = "") -> WriteResult:
+        result = await super().delete_node(name, uid)
+        if self.write == "delete_node":
+            await self._then_hang()
+        return result
 
 
-async def test_stopped_between_a_write_and_the_journal_the_step_is_not_repeated(
-    b: Bench,
+@pytest.mark.parametrize("write", ["cordon", "taint", "drain", "cleanup_runtime", "delete_node"])
+async def test_stopped_between_an_effect_and_its_record_the_record_ends_true(
+    b: Bench, tmp_path: Path, write: str
 ) -> None:
     b.add_node("new-1")
+    b.add_pod("app", "new-1")
     await b.wait_cluster(1)
     await b.deliver(alert("new-1"))
-    writer = StopsAfterCordon(b.api)
-    first = b.executor(writer=writer)
+    settings = changed(FAST, delete_nodes=True)
+    writer = StopsAfter(b.api, write)
+    first = b.executor(settings, writer=writer)
     async with running(first):
-        await asyncio.wait_for(writer.cordoned.wait(), 15)
-    [plan] = await b.plans(PlanState.RUNNING)
-    assert step_states(plan)[0] == ("cordon", "pending")
-    assert b.node("new-1")["spec"]["unschedulable"] is True
-    assert b.events() == []
+        await asyncio.wait_for(writer.done.wait(), 15)
+    [stopped] = b.rollbacks()
+    index = [s.kind.value for s in stopped.status.steps].index(write)
+    assert stopped.status.steps[index].state is StepState.RUNNING  # the intent, no outcome
 
-    await b.journal.close()  # a fresh executor on the same journal file
-    b.journal = await Journal.open(str(b.journal_path))
-    second = b.executor()
+    await b.journal.close()  # a fresh controller: another journal, the same cluster
+    b.journal = await Journal.open(str(tmp_path / "other-journal.db"))
+    await b.deliver(alert("new-1"))  # Alertmanager sends it the alert again
+    second = b.executor(settings)
     await b.settled(second)
-    [plan] = await b.plans(PlanState.DONE)
-    assert plan.steps[0].detail.startswith("node new-1 is already cordoned")
-    assert nodes_patched(b.server) == 3
-    assert Counter(e["reason"] for e in b.events()) == dict.fromkeys(STEP_EVENTS, 1)
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert [s for _, s in step_states(rollback)] == ["done"] * 6
+    assert rollback.status.steps[0].made_change  # the cordon is this rollback's, crash or not
+    assert rollback.status.steps[1].made_change
+    assert b.store.try_get("nodes", "new-1") is None
+    assert nodes_patched(b.server) == 3  # cordon, taint, cleanup request: each once
+    assert b.server.counters.count("create", "pods/eviction") == 1
+    assert b.server.counters.count("delete", "nodes") == 1
+    reasons = Counter(e["reason"] for e in b.events())
+    assert reasons == dict.fromkeys([*STEP_EVENTS, "NodesyncDeleteNode"], 1)
 
 
-async def test_a_restart_keeps_the_blast_radius(b: Bench) -> None:
+async def test_a_failover_keeps_the_blast_radius(b: Bench, tmp_path: Path) -> None:
+    """The budget is the NodeRollbacks in the cluster: a controller with an empty journal that
+    takes over in the middle of a wave counts what the one before it decided."""
     for i in range(20):
         b.add_node(f"new-{i:02}", age=300 - i)
     await b.wait_cluster(20)
     first = b.executor(changed(FAST, max_rollback_fraction=0.1))
-    await b.deliver(alert("new-00"))
+    await b.deliver(alert("new-00"), alert("new-01"))
     await b.settled(first)
-    second = b.executor(changed(FAST, max_rollback_fraction=0.1))  # forgets nothing
-    await b.deliver(*(alert(f"new-{i:02}") for i in range(1, 5)))
-    await second.restore()
+    await b.journal.close()
+    b.journal = await Journal.open(str(tmp_path / "other-journal.db"))
+    second = b.executor(changed(FAST, max_rollback_fraction=0.1))
+    await b.deliver(*(alert(f"new-{i:02}") for i in range(2, 6)))
     await b.settled(second)
-    assert len(await b.plans(PlanState.DONE)) == 2
-    assert Counter(p.reason for p in await b.plans(PlanState.REFUSED)) == {
-        "blast_radius_fraction": 3
-    }
+    assert len(b.rollbacks(Phase.SUCCEEDED)) == 2  # 10 % of 20 nodes, across both controllers
+    assert Counter(d.reason for d in await b.decisions("refused")) == {"blast_radius_fraction": 4}

@@ -1,5 +1,6 @@
-"""With leader election, a replica that does not lead is not ready and refuses webhooks with 503:
-its journal is its own, so Alertmanager (which retries 5xx) must reach the leader instead."""
+"""With leader election, a replica that does not lead refuses webhooks with 503 and closes the
+connection: its journal is its own intake, so Alertmanager (which retries 5xx) must reconnect and
+reach the leader. It is ready all the same, so that a rolling update can go on."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.controller.conftest import AiohttpClient, eventually
 from tests.controller.webhook_support import assert_nothing_recorded, hook_settings, post
 
 
-async def test_a_follower_refuses_with_503_and_is_not_ready_until_it_leads(
+async def test_a_follower_refuses_with_503_and_closes_the_connection(
     aiohttp_client: AiohttpClient, settings: ControllerSettings, tmp_path: Path
 ) -> None:
     leading = False
@@ -27,17 +28,17 @@ async def test_a_follower_refuses_with_503_and_is_not_ready_until_it_leads(
     app[LEADING] = lambda: leading
     client = await aiohttp_client(app)
 
+    async def ready() -> bool:
+        return (await client.get("/readyz")).status == 200
+
+    await eventually(ready, "ready as a follower once the cluster view is synced")
     response = await post(client, body())
     assert response.status == 503
+    assert response.headers["Connection"] == "close"
     assert "leader" in (await response.json())["error"]
     await assert_nothing_recorded(client)
-    assert (await client.get("/readyz")).status == 503
 
     leading = True
     response = await post(client, body())
     assert response.status == 200
-
-    async def ready() -> bool:
-        return (await client.get("/readyz")).status == 200
-
-    await eventually(ready, "ready once leading")
+    assert (await client.get("/readyz")).status == 200

@@ -1,5 +1,6 @@
-"""The journal on a real SQLite file: recording deliveries once per alert key, plans and their
-steps, counts, pruning, failures reported as JournalError, and durability across a SIGKILL."""
+"""The journal on a real SQLite file: recording deliveries once per alert key, the decision
+about each alert, counts kept as writes change them, pruning, failures reported as JournalError,
+and durability across a SIGKILL."""
 
 from __future__ import annotations
 
@@ -13,20 +14,14 @@ from pathlib import Path
 import pytest
 
 from exporter.controller.journal import (
+    _MIGRATIONS,
+    DECISION_VERDICTS,
     SCHEMA_VERSION,
+    DecisionRecord,
     Journal,
     JournalClosed,
     JournalError,
     RecordResult,
-)
-from exporter.model.rollback import (
-    Action,
-    Plan,
-    PlanState,
-    Refusal,
-    Step,
-    StepKind,
-    StepState,
 )
 from tests.controller.alert_builders import alert, payload
 from tests.controller.builders import T0
@@ -54,19 +49,22 @@ async def journal(tmp_path: Path, clock: Clock) -> AsyncIterator[Journal]:
     await j.close()
 
 
-def a_plan(key: tuple[str, float], node: str = "worker-1") -> Plan:
-    return Plan(
-        action=Action.ROLLBACK_NODE,
-        node=node,
-        steps=(
-            Step(StepKind.CORDON, node),
-            Step(StepKind.EVICT_POD, node, "default", "web-1", "uid-1"),
-            Step(StepKind.VERIFY, node),
-        ),
-        alert_fingerprint=key[0],
-        alert_starts_at=key[1],
-        wave="2026-11-30T01:02:03Z",
-    )
+def a_decision(
+    key: tuple[str, float], verdict: str = "plan", node: str = "worker-1", **kw: object
+) -> DecisionRecord:
+    fields: dict[str, object] = {
+        "alert_key": key,
+        "verdict": verdict,
+        "reason": "",
+        "detail": "",
+        "rollback": f"{node}-0a1b2c3d4e" if verdict != "refused" else "",
+        "node": node,
+        "action": "rollback_node",
+        "decided_at": T0 + 100,
+        "wave": "2026-11-30T01:02:03Z",
+    }
+    fields.update(kw)
+    return DecisionRecord(**fields)  # type: ignore[arg-type]
 
 
 async def test_a_new_alert_is_recorded_with_everything_it_carried(journal: Journal) -> None:
@@ -140,168 +138,83 @@ async def test_a_resolved_copy_resolves_the_alert_for_good(journal: Journal) -> 
 async def test_an_alert_first_seen_resolved_is_new_and_resolved(journal: Journal) -> None:
     gone = alert("aaaa", status="resolved", ends_at=T0 + 5)
     assert await journal.record(payload(gone), received_at=T0 + 9) == RecordResult(1, 0, 1, 0, 0)
-    assert await journal.alerts_to_plan() == []
+    assert await journal.alerts_to_decide() == []
     assert (await journal.counts()).alerts == {"firing": 0, "resolved": 1}
 
 
-async def test_alerts_to_plan_are_firing_unplanned_and_oldest_first(journal: Journal) -> None:
+async def test_alerts_to_decide_are_firing_undecided_and_oldest_first(journal: Journal) -> None:
     old, mid, young = alert("0003"), alert("0002"), alert("0001")
     await journal.record(payload(old), received_at=T0 + 1)
     await journal.record(payload(young, mid), received_at=T0 + 5)
     await journal.record(payload(alert("0004", status="resolved")), received_at=T0 + 6)
-    todo = await journal.alerts_to_plan()
+    todo = await journal.alerts_to_decide()
     # same received_at: ordered by startsAt, then fingerprint
     assert [r.fingerprint for r in todo] == ["0003", "0001", "0002"]
-    assert [r.fingerprint for r in await journal.alerts_to_plan(limit=2)] == ["0003", "0001"]
-    await journal.save_plan(old.key, a_plan(old.key), dry_run=False, state=PlanState.PENDING)
-    await journal.save_plan(mid.key, Refusal("budget", "3 of 3 used"), dry_run=False,
-                            state=PlanState.REFUSED)  # fmt: skip
-    assert [r.fingerprint for r in await journal.alerts_to_plan()] == ["0001"]
+    assert [r.fingerprint for r in await journal.alerts_to_decide(limit=2)] == ["0003", "0001"]
+    await journal.save_decision(a_decision(old.key))
+    await journal.save_decision(a_decision(mid.key, "refused", reason="blast_radius_absolute"))
+    assert [r.fingerprint for r in await journal.alerts_to_decide()] == ["0001"]
     await journal.record(payload(alert("0001", status="resolved")), received_at=T0 + 9)
-    assert await journal.alerts_to_plan() == []
+    assert await journal.alerts_to_decide() == []
 
 
-async def test_save_plan_stores_the_plan_once(journal: Journal, clock: Clock) -> None:
+async def test_a_decision_is_stored_once(journal: Journal) -> None:
     a = alert("aaaa")
     await journal.record(payload(a), received_at=T0)
-    plan = a_plan(a.key)
-    plan_id = await journal.save_plan(a.key, plan, dry_run=True, state=PlanState.DRY_RUN)
-    clock.now += 10
-    other = a_plan(a.key, node="worker-9")
-    assert await journal.save_plan(a.key, other, dry_run=False, state=PlanState.PENDING) == plan_id
-    record = await journal.plan(plan_id)
-    assert record is not None
-    assert record.plan == plan
-    assert (record.id, record.alert_key, record.action, record.node, record.wave) == (
-        plan_id,
-        a.key,
-        Action.ROLLBACK_NODE,
-        "worker-1",
-        plan.wave,
-    )
-    assert (record.state, record.reason, record.dry_run, record.refusal) == (
-        PlanState.DRY_RUN,
-        "",
-        True,
-        None,
-    )
-    assert record.created_at == record.updated_at == T0 + 100
-    assert [(s.index, s.step, s.state, s.detail, s.attempts) for s in record.steps] == [
-        (i, step, StepState.PENDING, "", 0) for i, step in enumerate(plan.steps)
-    ]
-    assert await journal.plans() == [record]
-    assert await journal.plan(plan_id + 1) is None
+    first = a_decision(a.key)
+    assert await journal.save_decision(first) == first
+    other = a_decision(a.key, "refused", reason="protected", detail="worker-1 is protected")
+    assert await journal.save_decision(other) == first  # the first decision stands
+    assert await journal.decision(a.key) == first
+    assert await journal.decisions() == [first]
+    assert await journal.decisions("refused") == []
+    assert await journal.decision(("bbbb", T0)) is None
+    assert journal.last_counts.decisions["plan"] == 1
 
 
-async def test_a_refusal_takes_action_and_node_from_the_alert(journal: Journal) -> None:
-    a, odd = alert("aaaa", node="worker-3"), alert("bbbb", action="reboot_everything")
-    await journal.record(payload(a, odd), received_at=T0)
-    refused = await journal.save_plan(
-        a.key, Refusal("control_plane", "worker-3 is a control-plane node"), dry_run=False,
-        state=PlanState.REFUSED,
-    )  # fmt: skip
-    record = await journal.plan(refused)
-    assert record is not None
-    assert (record.action, record.node, record.state, record.reason, record.steps) == (
-        Action.ROLLBACK_NODE,
-        "worker-3",
-        PlanState.REFUSED,
-        "control_plane",
-        (),
-    )
-    assert record.refusal == Refusal("control_plane", "worker-3 is a control-plane node")
-    assert record.plan is None
-    unknown = await journal.save_plan(
-        odd.key, Refusal("unknown_action", "reboot_everything"), dry_run=False,
-        state=PlanState.REFUSED,
-    )  # fmt: skip
-    record = await journal.plan(unknown)
-    assert record is not None
-    assert record.action is Action.NONE
-
-
-async def test_save_plan_refuses_unknown_or_mismatched_alerts(journal: Journal) -> None:
+async def test_a_decision_needs_its_alert_and_a_known_verdict(journal: Journal) -> None:
     a = alert("aaaa")
     with pytest.raises(KeyError, match="no alert"):
-        await journal.save_plan(a.key, a_plan(a.key), dry_run=False, state=PlanState.PENDING)
+        await journal.save_decision(a_decision(a.key))
     await journal.record(payload(a), received_at=T0)
-    with pytest.raises(ValueError, match="not"):
-        await journal.save_plan(a.key, a_plan(("bbbb", T0)), dry_run=False, state=PlanState.PENDING)
-    assert await journal.plans() == []
+    with pytest.raises(ValueError, match="unknown verdict"):
+        await journal.save_decision(a_decision(a.key, "maybe"))
+    assert await journal.decisions() == []
 
 
-async def test_plan_and_step_states_are_updated(journal: Journal, clock: Clock) -> None:
-    a = alert("aaaa")
-    await journal.record(payload(a), received_at=T0)
-    plan_id = await journal.save_plan(a.key, a_plan(a.key), dry_run=False, state=PlanState.PENDING)
-    clock.now = T0 + 200
-    await journal.update_plan(plan_id, PlanState.RUNNING)
-    await journal.update_step(plan_id, 1, StepState.PENDING, "429: PDB", attempts=3)
-    clock.now = T0 + 300
-    await journal.update_step(plan_id, 1, StepState.DONE, "evicted")
-    await journal.update_step(plan_id, 0, StepState.SKIPPED, "already cordoned", attempts=1)
-    record = await journal.plan(plan_id)
-    assert record is not None
-    assert record.state is PlanState.RUNNING
-    assert record.updated_at == T0 + 300
-    assert [(s.state, s.detail, s.attempts, s.updated_at) for s in record.steps] == [
-        (StepState.SKIPPED, "already cordoned", 1, T0 + 300),
-        (StepState.DONE, "evicted", 3, T0 + 300),  # attempts kept when not given
-        (StepState.PENDING, "", 0, T0 + 100),
-    ]
-    await journal.update_plan(plan_id, PlanState.FAILED, "verify timed out")
-    record = await journal.plan(plan_id)
-    assert record is not None
-    assert (record.state, record.reason) == (PlanState.FAILED, "verify timed out")
-    with pytest.raises(KeyError):
-        await journal.update_plan(plan_id + 1, PlanState.DONE)
-    with pytest.raises(KeyError):
-        await journal.update_step(plan_id, 3, StepState.DONE)
-
-
-async def test_plans_filtered_by_state_and_counted(journal: Journal) -> None:
+async def test_counts_follow_every_write_and_match_a_recount(journal: Journal) -> None:
     keys = []
     for fp in ("0001", "0002", "0003"):
         a = alert(fp)
         keys.append(a.key)
         await journal.record(payload(a), received_at=T0)
     await journal.record(payload(alert("0004", status="resolved")), received_at=T0)
-    ids = [
-        await journal.save_plan(k, a_plan(k), dry_run=False, state=PlanState.PENDING) for k in keys
-    ]
-    await journal.update_plan(ids[1], PlanState.RUNNING)
-    await journal.update_plan(ids[2], PlanState.DONE)
-    assert [p.id for p in await journal.plans({PlanState.PENDING, PlanState.RUNNING})] == ids[:2]
-    assert [p.id for p in await journal.plans([PlanState.DONE])] == ids[2:]
-    assert await journal.plans([]) == []
+    await journal.record(payload(alert("0003", status="resolved")), received_at=T0 + 1)
+    await journal.save_decision(a_decision(keys[0]))
+    await journal.save_decision(a_decision(keys[1], "join"))
+    await journal.save_decision(a_decision(keys[2], "refused", reason="protected"))
     counts = await journal.counts()
-    assert counts == journal.last_counts
-    assert counts.alerts == {"firing": 3, "resolved": 1}
-    assert counts.plans == {
-        s: {PlanState.PENDING: 1, PlanState.RUNNING: 1, PlanState.DONE: 1}.get(s, 0)
-        for s in PlanState
+    assert counts == journal.last_counts  # kept as the writes changed them: the same
+    assert counts.alerts == {"firing": 2, "resolved": 2}
+    assert counts.decisions == {
+        v: {"plan": 1, "join": 1, "refused": 1}.get(v, 0) for v in DECISION_VERDICTS
     }
-    assert counts.deliveries == 4
+    assert counts.deliveries == 5
 
 
-async def test_prune_forgets_old_finished_alerts_only(journal: Journal) -> None:
-    done, running, unplanned, recent = alert("0001"), alert("0002"), alert("0003"), alert("0004")
-    await journal.record(payload(done, running, unplanned), received_at=T0)
+async def test_prune_forgets_alerts_last_seen_before_the_retention(journal: Journal) -> None:
+    decided, undecided, recent = alert("0001"), alert("0002"), alert("0004")
+    await journal.record(payload(decided, undecided), received_at=T0)
     await journal.record(payload(recent), received_at=T0 + 1000)
-    done_id = await journal.save_plan(
-        done.key, a_plan(done.key), dry_run=False, state=PlanState.DONE
-    )
-    await journal.save_plan(running.key, a_plan(running.key), dry_run=False,
-                            state=PlanState.RUNNING)  # fmt: skip
+    await journal.save_decision(a_decision(decided.key))
     assert await journal.prune(T0 + 500) == 2
-    assert await journal.alert(done.key) is None
-    assert await journal.alert(unplanned.key) is None
-    assert await journal.plan(done_id) is None
-    assert await journal.alert(running.key) is not None
+    assert await journal.alert(decided.key) is None
+    assert await journal.decision(decided.key) is None  # with their decisions
+    assert await journal.alert(undecided.key) is None
     assert await journal.alert(recent.key) is not None
     assert [d.received_at for d in await journal.deliveries()] == [T0 + 1000]
-    assert journal.last_counts.plans[PlanState.DONE] == 0
-    assert journal.last_counts.alerts == {"firing": 2, "resolved": 0}
+    assert journal.last_counts.decisions["plan"] == 0
+    assert journal.last_counts.alerts == {"firing": 1, "resolved": 0}
 
 
 async def test_the_journal_survives_a_reopen(tmp_path: Path) -> None:
@@ -309,17 +222,64 @@ async def test_the_journal_survives_a_reopen(tmp_path: Path) -> None:
     first = await Journal.open(path)
     a = alert("aaaa")
     await first.record(payload(a), received_at=T0)
-    plan_id = await first.save_plan(a.key, a_plan(a.key), dry_run=False, state=PlanState.PENDING)
+    decision = await first.save_decision(a_decision(a.key))
     await first.close()
     second = await Journal.open(path)
     try:
         assert second.last_counts.alerts == {"firing": 1, "resolved": 0}
+        assert second.last_counts.decisions["plan"] == 1
         assert await second.record(payload(a), received_at=T0 + 60) == RecordResult(0, 1, 0, 0)
-        record = await second.plan(plan_id)
-        assert record is not None
-        assert record.plan == a_plan(a.key)
+        assert await second.decision(a.key) == decision
     finally:
         await second.close()
+
+
+async def test_a_version_1_journal_is_migrated_its_plans_becoming_decisions(
+    tmp_path: Path,
+) -> None:
+    """Version 1 kept plans and steps; version 2 keeps decisions (the rollbacks are objects in
+    the API server). The alerts survive, each plan becomes its alert's decision (so the alert is
+    not decided again), the steps go (docs/upgrade.md); an alert without a plan still waits."""
+    path = tmp_path / "journal.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO schema_version VALUES (1)")
+        for statement in _MIGRATIONS[0]:
+            conn.execute(statement)
+        for fingerprint in ("aaaa", "bbbb", "cccc", "dddd"):
+            conn.execute(
+                "INSERT INTO alerts VALUES (?, ?, 'firing', '{}', '{}', NULL, '', 1, ?, ?, NULL)",
+                (fingerprint, T0, T0, T0),
+            )
+        plan = "INSERT INTO plans VALUES (NULL, ?, ?, ?, ?, ?, 'done', '', ?, ?, ?, ?, ?)"
+        conn.execute(plan, ("aaaa", T0, "rollback_node", "n1", "w1", 0, None, None, T0 + 1, T0))
+        conn.execute(plan, ("bbbb", T0, "none", "n2", "", 0, "no_action", "no label", T0 + 2, T0))
+        conn.execute(plan, ("cccc", T0, "cordon", "n3", "", 1, None, None, T0 + 3, T0))
+        conn.execute(
+            "INSERT INTO steps VALUES (1, 0, 'cordon', 'n1', '', '', '', 'done', '', 1, ?)", (T0,)
+        )
+    journal = await Journal.open(str(path))
+    try:
+        assert SCHEMA_VERSION == 2
+        [todo] = await journal.alerts_to_decide()
+        assert todo.key == ("dddd", T0)
+        decided = {
+            (d.alert_key[0], d.verdict, d.reason, d.node, d.action, d.wave)
+            for d in await journal.decisions()
+        }
+        assert decided == {
+            ("aaaa", "plan", "", "n1", "rollback_node", "w1"),
+            ("bbbb", "refused", "no_action", "n2", "none", ""),
+            ("cccc", "dry_run", "plan", "n3", "cordon", ""),
+        }
+        assert journal.last_counts.decisions["plan"] == 1
+        with sqlite3.connect(path) as conn:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+        assert {"plans", "steps"}.isdisjoint(tables)
+    finally:
+        await journal.close()
 
 
 async def test_a_closed_journal_refuses_work(tmp_path: Path) -> None:

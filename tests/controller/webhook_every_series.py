@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from exporter.controller.journal import DECISION_VERDICTS
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.webhook import WebhookMetrics, journal_families
-from exporter.model.rollback import PlanState
 
 
 def rich_webhook(registry: CollectorRegistry) -> None:
@@ -18,7 +18,7 @@ def rich_webhook(registry: CollectorRegistry) -> None:
     metrics.observe_record(new_firing=3, resolved=1, duplicates=5, truncated=2)
     families = journal_families(
         {"firing": 2, "resolved": 1},
-        {PlanState.PENDING: 1, PlanState.DONE: 1, PlanState.REFUSED: 1},
+        {v: {"plan": 2, "join": 1, "refused": 1}.get(v, 0) for v in DECISION_VERDICTS},
         deliveries=4,
     )
     registry.register(SnapshotCollector(lambda: families))

@@ -32,6 +32,7 @@ MODELS = {
     "DaemonSet": "V1DaemonSet",
     "StatefulSet": "V1StatefulSet",
     "PodDisruptionBudget": "V1PodDisruptionBudget",
+    "CustomResourceDefinition": "V1CustomResourceDefinition",
 }
 #: The Prometheus Operator's kinds: not in the client, checked by their own tests.
 CUSTOM = {
@@ -39,7 +40,9 @@ CUSTOM = {
     "PrometheusRule": "monitoring.coreos.com/v1",
     "AlertmanagerConfig": "monitoring.coreos.com/v1alpha1",
 }
-CLUSTER_SCOPED = frozenset({"Namespace", "ClusterRole", "ClusterRoleBinding"})
+CLUSTER_SCOPED = frozenset(
+    {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+)
 #: The node Leases live there: the Roles that read them must too.
 OTHER_NAMESPACES = {("Role", "kube-node-lease"), ("RoleBinding", "kube-node-lease")}
 IMAGE = "nodesync"

@@ -61,37 +61,44 @@ def test_dry_run_differs_from_standard_in_the_dry_run_flag_only() -> None:
     )
 
 
-def test_ha_runs_two_controllers_with_leader_election_and_a_journal_each() -> None:
+def test_ha_runs_two_controllers_with_leader_election_and_a_rolling_update() -> None:
     objects = build(OVERLAYS / "ha")
-    assert find(objects, "Deployment") == []
+    assert find(objects, "StatefulSet") == []
+    # The journal is intake only; rollbacks live in NodeRollbacks: no claim per replica.
     assert find(objects, "PersistentVolumeClaim") == []
-    statefulset = one(objects, "StatefulSet", "nodesync-controller")
-    spec = statefulset["spec"]
+    deployment = one(objects, "Deployment", "nodesync-controller")
+    spec = deployment["spec"]
     assert spec["replicas"] == 2
-    # Only the leader is ready: a rolling update would wait forever for a follower.
-    assert spec["updateStrategy"] == {"type": "OnDelete"}
-    variables = env(container(statefulset, "controller"))
+    # The new replica is started, and ready, before an old one stops.
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    variables = env(container(deployment, "controller"))
     assert variables["NODESYNC_LEADER_ELECT"]["value"] == "true"
     assert variables["NODESYNC_LEADER_ELECT_IDENTITY"]["valueFrom"] == {
         "fieldRef": {"fieldPath": "metadata.name"}
     }
-    governing = one(objects, "Service", spec["serviceName"])
-    assert governing["spec"]["clusterIP"] == "None"
-    # Each replica's journal claim is the base's claim.
-    base_claim = one(build(BASE), "PersistentVolumeClaim", "nodesync-journal")
-    (template,) = spec["volumeClaimTemplates"]
-    assert template["spec"] == base_claim["spec"]
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert set(volumes["journal"]) == {"name", "emptyDir"}
+    mounts = {
+        m["name"]: m["mountPath"] for m in container(deployment, "controller")["volumeMounts"]
+    }
+    assert variables["NODESYNC_JOURNAL_PATH"]["value"].startswith(mounts["journal"] + "/")
 
 
 def test_ha_pod_template_is_the_base_deployments_plus_leader_election() -> None:
-    deployment = one(build(BASE), "Deployment", "nodesync-controller")
-    statefulset = one(build(OVERLAYS / "ha"), "StatefulSet", "nodesync-controller")
+    base = one(build(BASE), "Deployment", "nodesync-controller")
+    ha = one(build(OVERLAYS / "ha"), "Deployment", "nodesync-controller")
     names = ("NODESYNC_LEADER_ELECT", "NODESYNC_LEADER_ELECT_IDENTITY")
-    ours = _without_env(statefulset, *names)["spec"]["template"]
-    theirs = _without_env(deployment, *names)["spec"]["template"]
-    # The differences on purpose: spread over nodes, the journal from the claim template.
+    ours = _without_env(ha, *names)["spec"]["template"]
+    theirs = _without_env(base, *names)["spec"]["template"]
+    # The differences on purpose: spread over nodes, the journal on an emptyDir.
     assert ours["spec"].pop("affinity")["podAntiAffinity"]
-    theirs["spec"]["volumes"] = [v for v in theirs["spec"]["volumes"] if v["name"] != "journal"]
+    for template in (ours, theirs):
+        template["spec"]["volumes"] = [
+            v for v in template["spec"]["volumes"] if v["name"] != "journal"
+        ]
     assert ours == theirs
 
 

@@ -62,7 +62,7 @@ def test_status_round_trips_through_json() -> None:
         "[]",
         '{"state": "done"}',
         '{"id": 7, "state": "done"}',
-        '{"id": "r1", "state": "running"}',
+        '{"id": "r1", "state": "started"}',
         '{"id": "r1"}',
     ],
 )

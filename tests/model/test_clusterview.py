@@ -185,6 +185,7 @@ def test_node_fields_are_carried() -> None:
         protected=False,
         owned_by_other_remediator=False,
         cordoned_by_nodesync=False,
+        uid=n.uid,
     )
     assert v.condition("Ready") == READY
     assert v.condition("DiskPressure") is None

@@ -26,11 +26,12 @@ from exporter.model.guards import (
 )
 from exporter.model.kube import LeaseInfo, NodeCondition, NodeInfo, Taint
 from exporter.model.planner import plan_alert
-from exporter.model.rollback import Plan
+from exporter.model.rollback import Phase, Plan
 from exporter.model.waves import WaveTracker
 from tests.controller.builders import T0, lease, node
+from tests.model.rollbacks import node_rollback
 
-POLICY = GuardPolicy(max_concurrent_rollbacks=1000)
+POLICY = GuardPolicy()
 MIN = 60.0
 NOW = T0 + 10 * MIN
 
@@ -342,19 +343,30 @@ def test_absolute_cap_over_a_sliding_window() -> None:
 def test_a_node_rolled_back_again_does_not_use_more_budget() -> None:
     view = view_of([new_node(f"n{i}") for i in range(10)])
     state = GuardState()
-    state.accept("p0", plan_for(view, "n0"), NOW)
-    state.finish("p0")
+    state.accept("p0", plan_for(view, "n0"), NOW, active=False)  # finished
     assert reason(view, plan_for(view, "n1"), state) == "blast_radius_fraction"
     assert reason(view, plan_for(view, "n0"), state) == ""
 
 
-def test_a_plan_released_before_its_first_step_frees_its_budget() -> None:
+@pytest.mark.parametrize(
+    ("phase", "attempted", "counts"),
+    [
+        pytest.param(Phase.PENDING, False, True, id="pending"),
+        pytest.param(Phase.RUNNING, True, True, id="running"),
+        pytest.param(Phase.SUCCEEDED, True, True, id="succeeded"),
+        pytest.param(Phase.FAILED, True, True, id="failed"),
+        pytest.param(Phase.CANCELLED, True, True, id="cancelled-after-a-step"),
+        pytest.param(Phase.CANCELLED, False, False, id="cancelled-before-any-step"),
+    ],
+)
+def test_the_budget_counts_the_rollbacks_in_the_cluster(
+    phase: Phase, attempted: bool, counts: bool
+) -> None:
     view = view_of([new_node(f"n{i}") for i in range(10)])
-    state = GuardState()
-    state.accept("p0", plan_for(view, "n0"), NOW)
-    assert reason(view, plan_for(view, "n1"), state) == "blast_radius_fraction"
-    state.release("p0")
-    assert reason(view, plan_for(view, "n1"), state) == ""
+    state = GuardState.of([node_rollback(plan_for(view, "n0"), NOW, phase, attempted=attempted)])
+    expected = "blast_radius_fraction" if counts else ""
+    assert reason(view, plan_for(view, "n1"), state) == expected
+    assert budget(view, state, POLICY, NOW).absolute_used == (1 if counts else 0)
 
 
 def test_evictions_and_cleanups_use_no_rollback_budget() -> None:
@@ -369,31 +381,26 @@ def test_evictions_and_cleanups_use_no_rollback_budget() -> None:
     assert reason(view, plan_for(view, "n9"), state) == ""
 
 
-# ---------------------------------------------------------------- concurrency
+# ---------------------------------------------------------------- what an alert would join
 
 
-def test_concurrency_and_in_progress() -> None:
-    view = view_of([new_node(f"n{i}") for i in range(10)])
+def test_an_active_rollback_is_found_for_the_alerts_that_would_join_it() -> None:
+    view = view_of([new_node(f"n{i}") for i in range(3)])
     state = GuardState()
-    state.accept("p0", plan_for(view, "n0"), NOW)
-    state.accept("p1", plan_for(view, "n1"), NOW)
-    kw = {"max_concurrent_rollbacks": 2, "max_rollback_fraction": 1.0}
-    assert reason(view, plan_for(view, "n2"), state, **kw) == "concurrency"
-    assert reason(view, plan_for(view, "n0"), state, **kw) == "in_progress"
-    assert reason(view, plan_for(view, "n2", "evict_pod"), state, **kw) == ""
-    state.finish("p0")
-    assert reason(view, plan_for(view, "n2"), state, **kw) == ""
-    assert reason(view, plan_for(view, "n0"), state, **kw) == ""
-    assert "concurrency" in DEFERRING
-
-
-def test_a_plan_that_will_not_run_is_not_running() -> None:
-    view = view_of([new_node(f"n{i}") for i in range(10)])
-    state = GuardState()
-    state.accept("dry", plan_for(view, "n0"), NOW, running=False)
+    state.accept("r0", plan_for(view, "n0"), NOW)
+    state.accept("c1", plan_for(view, "n1", "cleanup_orphans"), NOW)
+    state.accept("e2", plan_for(view, "n2", "evict_pod"), NOW)
+    assert state.running() == 1
+    assert state.active_on("n0", node_level=True) is not None
+    assert state.active_on("n0", node_level=False, pod=("ns", "p"))[0] == "r0"  # type: ignore[index]
+    assert state.active_on("n1", node_level=True)[0] == "c1"  # type: ignore[index]
+    assert state.active_on("n1", node_level=False, pod=("ns", "p")) is None
+    assert state.active_on("n2", node_level=False, pod=("ns", "p"))[0] == "e2"  # type: ignore[index]
+    assert state.active_on("n2", node_level=False, pod=("ns", "other")) is None
+    assert state.active_on("n2", node_level=True) is None
+    state.accept("r0", plan_for(view, "n0"), NOW, active=False)
+    assert state.active_on("n0", node_level=True) is None
     assert state.running() == 0
-    assert reason(view, plan_for(view, "n0"), state, max_rollback_fraction=1.0) == ""
-    assert reason(view, plan_for(view, "n1"), state) == "blast_radius_fraction"
 
 
 # ---------------------------------------------------------------- reasons

@@ -79,7 +79,7 @@ def test_an_alertmanager_body_is_parsed() -> None:
                 fingerprint="0123456789abcdef",
                 status="firing",
                 labels=AM_BODY["alerts"][0]["labels"],
-                starts_at=T0 + 0.123456789,
+                starts_at=T0 + 0.123,  # to the millisecond: the episode's identity
                 ends_at=None,
                 annotations={"summary": "worker-1 failed to join"},
                 generator_url="http://prometheus:9090/graph?g0.expr=up",
@@ -140,8 +140,18 @@ def test_timestamps(text: str, expected: float) -> None:
     b["alerts"][0]["startsAt"] = text
     b["alerts"][0]["endsAt"] = text
     alert = parse_payload(b).alerts[0]
-    assert alert.starts_at == pytest.approx(expected, abs=1e-6)
-    assert alert.ends_at == alert.starts_at
+    assert alert.starts_at == round(expected, 3)  # an episode's identity: to the millisecond
+    assert alert.ends_at == pytest.approx(expected, abs=1e-6)
+
+
+def test_one_episode_written_with_more_or_fewer_digits_is_one_key() -> None:
+    keys = set()
+    for text in ("2026-11-30T01:02:03.123Z", "2026-11-30T01:02:03.123456789Z",
+                 "2026-11-30T01:02:03.1230004Z", "2026-11-30T03:32:03.123+02:30"):  # fmt: skip
+        b = body()
+        b["alerts"][0]["startsAt"] = text
+        keys.add(parse_payload(b).alerts[0].key)
+    assert len(keys) == 1
 
 
 def test_the_same_instant_is_the_same_key_whatever_its_spelling() -> None:

@@ -34,8 +34,9 @@ from exporter.controller.executor import executor_extension
 from exporter.controller.journal import Journal
 from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
 from exporter.controller.webhook import JOURNAL, webhook_extension
+from exporter.kube.noderollbacks import node_rollback
 from exporter.model.cleanup import CleanupState, CleanupStatus
-from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION, PlanState
+from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION, Phase
 from exporter.settings.declare import build, changed
 from nodesync_sim.apiserver import APIServer
 from nodesync_sim.apiserver.rbac import Permission, RBACAuthorizer, service_account
@@ -283,7 +284,17 @@ class ControllerRun:
         """Alertmanager: post the node's rollback alert until the controller accepts it (200),
         retrying 5xx (a follower answers 503) as Alertmanager does."""
         started = float(int(time.time()) - 60)
-        payload = body(alert("00000000000000a1", node=NODE, starts_at=started))
+        # A cordon first, then a rollback of the same node: one NodeRollback, escalated.
+        payload = body(
+            alert(
+                "00000000000000a0",
+                node=NODE,
+                starts_at=started,
+                action="cordon",
+                alertname="NodesyncNodeNotReady",
+            ),
+            alert("00000000000000a1", node=NODE, starts_at=started),
+        )
         headers = {"Authorization": f"Bearer {WEBHOOK_TOKEN}"}
         while True:
             response = await self.client.post("/alerts", json=payload, headers=headers)
@@ -306,8 +317,9 @@ class ControllerRun:
         )
 
     async def missing(self) -> str | None:
-        """None once the controller rolled the node back: plan done, every step's Event, the
-        node deleted, the leader Lease held and renewed, the cluster view up."""
+        """None once the controller rolled the node back: the cordon it decided first escalated
+        to a node rollback, every step's Event, the node deleted, the NodeRollback succeeded
+        and deleted after its retention, the leader Lease held and renewed, the view up."""
         if not self.accepted:
             return "the controller has not accepted the alert"
         cluster = self.client.app[CLUSTER]
@@ -319,10 +331,15 @@ class ControllerRun:
             return "the controller does not hold the leader Lease"
         if spec.get("renewTime") == spec.get("acquireTime"):
             return "the controller has not renewed the leader Lease yet"
-        done = await self.journal.plans([PlanState.DONE])
-        if len(done) != 1:
-            states = [p.state.value for p in await self.journal.plans(None)]
-            return f"the rollback is not done (plans: {states})"
+        verdicts = sorted(d.verdict for d in await self.journal.decisions())
+        if verdicts != ["escalate", "plan"]:
+            return f"the alerts were not decided as a plan and its escalation: {verdicts}"
+        rollbacks = [node_rollback(o) for o in self.cluster.server.store.list("noderollbacks")]
+        if rollbacks:
+            r = rollbacks[0]
+            if r.status.phase is Phase.SUCCEEDED:
+                return "the finished rollback was not deleted after its retention"
+            return f"the rollback has not succeeded: {r.status.phase.value} {r.status.reason}"
         if ROLLBACK_EVENTS - self.events():
             return f"Events missing: {sorted(ROLLBACK_EVENTS - self.events())}"
         if self.cluster.node() is not None:
@@ -340,6 +357,7 @@ async def controller(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Controll
         leader_elect_identity=IDENTITY,
         eviction_timeout=2.0,
         cleanup_timeout=20.0,
+        rollback_retention=0.5,
     )
     assert hook.leader_elect
     assert hook.policy.delete_nodes

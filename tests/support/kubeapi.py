@@ -195,3 +195,40 @@ def kubeapi_namespace(kubeapi: LocalKubeAPIServer) -> Iterator[str]:
         yield name
     finally:
         delete_namespace(kubeapi, name)
+
+
+CRD_MANIFEST = REPO_ROOT / "deploy" / "base" / "noderollback-crd.yaml"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def install_crd(server: LocalKubeAPIServer) -> None:
+    """Create the NodeRollback CustomResourceDefinition (once: it may exist) and wait until the
+    server serves it."""
+    import yaml
+
+    crd = yaml.safe_load(CRD_MANIFEST.read_text())
+    answer = server.request("POST", CRD_PATH, crd)
+    if answer.status not in (201, 409):
+        raise AssertionError(f"cannot create the CRD: {answer.status} {answer.body}")
+
+    def established() -> bool:
+        got = server.request("GET", f"{CRD_PATH}/{crd['metadata']['name']}")
+        conditions = (
+            (got.body.get("status") or {}).get("conditions") or [] if got.status == 200 else []
+        )
+        ready = any(
+            c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+        )
+        return (
+            ready
+            and server.request("GET", "/apis/nodesync.io/v1alpha1/noderollbacks").status == 200
+        )
+
+    server.wait_for(established, "the NodeRollback CRD to be established", timeout=30)
+
+
+@pytest.fixture(scope="session")
+def noderollback_crd(kubeapi: LocalKubeAPIServer) -> LocalKubeAPIServer:
+    """The shared server, serving the NodeRollback resource (tests delete what they create)."""
+    install_crd(kubeapi)
+    return kubeapi

@@ -1,0 +1,269 @@
+"""The leader's intake: every firing alert in the journal that has no decision yet is decided
+(exporter.model.decision) against the cluster view and the NodeRollbacks in the cluster, and
+the decision carried out:
+
+- plan: a new NodeRollback (its name derives from the decision, so a second writer deciding
+  the same thing gets AlreadyExists and takes the existing one as its own);
+- join: the alert is added to the triggers of the node's active rollback;
+- escalate: the node's active rollback takes the stronger action (its spec changes; the
+  executor replans it at its next step) and the alert joins it;
+- refused: recorded in the journal with a Warning Event on the node;
+- waits: reported once (metric, Event) and decided again at the next pass.
+
+The decision is saved in the journal after its effect in the cluster, so an alert whose
+NodeRollback could not be created is decided again; one that was created and whose decision
+was not saved (a crash in between) finds its rollback active and joins it.
+
+With ``--dry-run`` nothing is written to the API server: the NodeRollback a plan would create is
+logged, the decision saved as ``dry_run``, and the dry-run decisions count against the budget of
+later ones as real rollbacks would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from exporter.controller.audit import Audit, alert_event_key
+from exporter.controller.journal import DRY_RUN, AlertRecord, DecisionRecord, Journal
+from exporter.controller.rollbacks import RollbackWatch
+from exporter.controller.settings import ExecutorSettings
+from exporter.kube.errors import AlreadyExists
+from exporter.kube.noderollbacks import RollbackWrites, object_json
+from exporter.metrics.rollback import RollbackMetrics
+from exporter.model.clusterview import ClusterView
+from exporter.model.decision import (
+    ESCALATE,
+    PLAN,
+    REFUSED,
+    WAITS,
+    Decision,
+    decide,
+    new_rollback,
+)
+from exporter.model.guards import GuardState
+from exporter.model.rollback import (
+    Action,
+    NodeRollback,
+    Plan,
+    Refusal,
+    RollbackSpec,
+    RollbackStatus,
+    Trigger,
+)
+from exporter.model.rollback_state import add_trigger
+
+log = logging.getLogger(__name__)
+
+
+class ClusterViewSource(Protocol):
+    """What the intake needs of the cluster watch."""
+
+    def view(self) -> ClusterView: ...
+
+
+class Intake:
+    def __init__(
+        self,
+        journal: Journal,
+        cluster: ClusterViewSource,
+        rollbacks: RollbackWatch,
+        writes: RollbackWrites,
+        audit: Audit,
+        metrics: RollbackMetrics,
+        settings: ExecutorSettings,
+        *,
+        identity: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._journal = journal
+        self._cluster = cluster
+        self._rollbacks = rollbacks
+        self._writes = writes
+        self._audit = audit
+        self.metrics = metrics
+        self._settings = settings
+        self._policy = settings.policy
+        self._identity = identity
+        self._clock = clock
+        self._deferred: dict[tuple[str, float], str] = {}  # alert key -> last deferring reason
+
+    async def _state(self) -> GuardState:
+        """The rollbacks decided so far: those in the cluster; in a dry run, also the dry-run
+        decisions of the journal (which made no objects)."""
+        state = self._rollbacks.guard_state()
+        if self._settings.dry_run:
+            for d in await self._journal.decisions(DRY_RUN):
+                if d.reason in (PLAN, ESCALATE):
+                    state.accept_decided(d.rollback, d.node, Action(d.action), d.wave, d.decided_at)
+        return state
+
+    async def run_once(self) -> int:
+        """Decide every alert waiting for a decision; how many were decided."""
+        view = self._cluster.view()
+        state = await self._state()
+        decided = 0
+        for alert in await self._journal.alerts_to_decide():
+            now = self._clock()
+            decision = decide(alert.alert, view, state, self._policy, now)
+            if decision.verdict == WAITS:
+                assert decision.refusal is not None
+                await self._defer(alert, decision.refusal)
+                continue
+            self._deferred.pop(alert.key, None)
+            await self._carry_out(alert, decision, view, state, now)
+            decided += 1
+        return decided
+
+    async def _carry_out(
+        self,
+        alert: AlertRecord,
+        decision: Decision,
+        view: ClusterView,
+        state: GuardState,
+        now: float,
+    ) -> None:
+        if decision.verdict == REFUSED:
+            assert decision.refusal is not None
+            await self._refuse(alert, decision.refusal, now)
+            return
+        plan = decision.plan
+        assert plan is not None
+        rollback = new_rollback(plan, view, state, self._policy, now, decided_by=self._identity)
+        name = rollback.name if decision.verdict == PLAN else decision.rollback
+        if self._settings.dry_run:
+            await self._dry_run(alert, decision, rollback, now)
+        elif decision.verdict == PLAN:
+            await self._create(alert, rollback)
+        else:
+            await self._join(decision.verdict, name, plan)
+        if decision.verdict in (PLAN, ESCALATE):
+            state.accept(name, plan, now)
+        await self._save(alert, decision.verdict, "", "", name, plan.action.value, now, plan.wave)
+
+    async def _create(self, alert: AlertRecord, rollback: NodeRollback) -> None:
+        try:
+            created = await self._writes.create(rollback)
+        except AlreadyExists:
+            log.info("the rollback exists already", extra={"rollback": rollback.name})
+            return
+        log.info(
+            "decided a rollback",
+            extra={
+                "rollback": created.name,
+                "action": created.spec.action.value,
+                "node": created.spec.node,
+                "wave": created.spec.wave,
+                "steps": [s.kind.value for s in created.status.steps],
+            },
+        )
+        await self._audit.decided(created, alert.labels.get("alertname", ""))
+
+    async def _join(self, verdict: str, name: str, plan: Plan) -> None:
+        """Add the plan's alert to the triggers of rollback ``name``; an escalation first makes
+        that rollback the plan's action."""
+        if verdict == ESCALATE:
+
+            def stronger(current: NodeRollback) -> RollbackSpec:
+                return dataclasses.replace(
+                    current.spec, action=plan.action, delete_node=self._policy.delete_nodes
+                )
+
+            await self._writes.change_spec(name, stronger)
+            log.info("escalated a rollback", extra={"rollback": name, "to": plan.action.value})
+        trigger = Trigger(plan.alertname, plan.alert_fingerprint, plan.alert_starts_at)
+
+        def joined(current: NodeRollback) -> RollbackStatus:
+            return add_trigger(current.status, trigger)
+
+        if await self._writes.change_status(name, joined) is None:
+            log.info("the rollback an alert would join is gone", extra={"rollback": name})
+
+    async def _dry_run(
+        self, alert: AlertRecord, decision: Decision, rollback: NodeRollback, now: float
+    ) -> None:
+        log.info(
+            "dry run: would %s",
+            "create a NodeRollback" if decision.verdict == PLAN else f"{decision.verdict} it",
+            extra={
+                "alert": alert.fingerprint,
+                "rollback": rollback.name if decision.verdict == PLAN else decision.rollback,
+                "object": json.dumps(object_json(rollback), sort_keys=True),
+            },
+        )
+        for step in rollback.status.steps:
+            self.metrics.action(step.kind.value, "dry_run")
+
+    async def _save(
+        self,
+        alert: AlertRecord,
+        verdict: str,
+        reason: str,
+        detail: str,
+        rollback: str,
+        action: str,
+        now: float,
+        wave: str = "",
+    ) -> None:
+        dry = self._settings.dry_run and verdict != REFUSED
+        await self._journal.save_decision(
+            DecisionRecord(
+                alert_key=alert.key,
+                verdict=DRY_RUN if dry else verdict,
+                reason=verdict if dry else reason,
+                detail=detail,
+                rollback=rollback,
+                node=alert.alert.node,
+                action=action or alert.alert.action,
+                decided_at=now,
+                wave=wave,
+            )
+        )
+
+    async def _refuse(self, alert: AlertRecord, refusal: Refusal, now: float) -> None:
+        await self._save(alert, REFUSED, refusal.reason, refusal.detail, "", "", now)
+        self.metrics.refusal(refusal.reason)
+        log.info(
+            "refused an alert",
+            extra={
+                "alert": alert.fingerprint,
+                "node": alert.alert.node,
+                "reason": refusal.reason,
+                "detail": refusal.detail,
+            },
+        )
+        await self._audit.on_node(
+            alert.alert.node,
+            reason="NodesyncRefused",
+            message=f"nodesync will not act on alert {alert.labels.get('alertname', '')} "
+            f"({alert.alert.action or 'no action'}): {refusal.reason}: {refusal.detail}",
+            type_="Warning",
+            key=alert_event_key(alert.key, "refused"),
+        )
+
+    async def _defer(self, alert: AlertRecord, refusal: Refusal) -> None:
+        if self._deferred.get(alert.key) == refusal.reason:
+            return  # already reported; the alert is decided again at every pass
+        self._deferred[alert.key] = refusal.reason
+        self.metrics.refusal(refusal.reason)
+        log.info(
+            "holding an alert back",
+            extra={
+                "alert": alert.fingerprint,
+                "node": alert.alert.node,
+                "reason": refusal.reason,
+                "detail": refusal.detail,
+            },
+        )
+        await self._audit.on_node(
+            alert.alert.node,
+            reason="NodesyncWaiting",
+            message=f"nodesync holds alert {alert.labels.get('alertname', '')} "
+            f"({alert.alert.action}) back: {refusal.reason}: {refusal.detail}",
+            type_="Normal",
+            key=alert_event_key(alert.key, f"deferred/{refusal.reason}"),
+        )

@@ -1,0 +1,143 @@
+"""NodeRollbacks to and from the API's JSON: everything the model holds survives the round
+trip; an object without a status reads as just created; one that cannot be a rollback is an
+error the informer skips."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from exporter.kube.convert import ConversionError
+from exporter.kube.noderollbacks import node_rollback, object_json, spec_json, status_json
+from exporter.model.rollback import (
+    Action,
+    NodeRollback,
+    Phase,
+    PodTarget,
+    RollbackSpec,
+    StepKind,
+    StepState,
+    Trigger,
+    Verdicts,
+)
+from exporter.model.rollback_state import (
+    BEFORE_ABSENT,
+    OBSERVED_BEFORE,
+    StepResult,
+    finish_step,
+    initial_status,
+    start_step,
+    wait_step,
+)
+
+T = 1_700_000_000.25
+
+
+def rollback(**spec: object) -> NodeRollback:
+    base = RollbackSpec(
+        node="ip-10-0-1-7.ec2.internal",
+        node_uid="8f6c4bde-1111-2222-3333-444455556666",
+        action=Action.ROLLBACK_NODE,
+        trigger=Trigger("NodesyncNewNodeNotReady", "0123abcd", T - 60.125),
+        decision=Verdicts(
+            decided_at=T,
+            decided_by="controller-0",
+            node_created_at=T - 600,
+            failing_since=T - 120.5,
+            absolute_used=2,
+            absolute_limit=10,
+            window_seconds=3600.0,
+            wave_size=40,
+            wave_used=1,
+            wave_limit=4,
+            established_nodes=100,
+            established_failing=1,
+        ),
+        wave="2026-11-30T01:00:00Z",
+        delete_node=True,
+    )
+    s = dataclasses.replace(base, **spec)  # type: ignore[arg-type]
+    return NodeRollback("ip-10-0-1-7.ec2.internal-0a1b2c3d4e", s, initial_status(s), uid="u1",
+                        resource_version="42", generation=1, created_at=T)  # fmt: skip
+
+
+def served(r: NodeRollback) -> dict[str, object]:
+    """As a server returns it: with generation and creation time."""
+    obj = object_json(r)
+    obj["metadata"]["generation"] = r.generation  # type: ignore[index]
+    obj["metadata"]["creationTimestamp"] = "2023-11-14T22:13:20Z"  # type: ignore[index]
+    return obj
+
+
+def test_everything_survives_the_round_trip() -> None:
+    r = rollback()
+    status = start_step(r.status, 0, T + 1, {OBSERVED_BEFORE: BEFORE_ABSENT})
+    status = finish_step(status, 0, StepResult(StepState.DONE, "cordoned", made_change=True), T + 2)
+    status = wait_step(start_step(status, 1, T + 3), 1, "api_error", "503", T + 9)
+    r = dataclasses.replace(r, status=status)
+    back = node_rollback(served(r))
+    assert back.spec == r.spec
+    assert back.status == r.status
+    assert (back.name, back.uid, back.resource_version) == (r.name, "u1", "42")
+    assert back.status.phase is Phase.WAITING
+    assert back.status.steps[0].made_change
+
+
+def test_an_eviction_carries_its_pod() -> None:
+    r = rollback(
+        action=Action.EVICT_POD, pod=PodTarget("web", "web-0", "pod-uid"), delete_node=False
+    )
+    back = node_rollback(served(r))
+    assert back.spec.pod == PodTarget("web", "web-0", "pod-uid")
+    assert [s.kind for s in back.status.steps] == [StepKind.EVICT_POD]
+
+
+def test_an_object_without_a_status_reads_as_just_created() -> None:
+    obj = served(rollback())
+    del obj["status"]
+    back = node_rollback(obj)
+    assert back.status.phase is Phase.PENDING
+    assert back.status.observed_generation == 0  # the executor writes the first status
+    assert len(back.status.steps) == 6
+
+
+def test_labels_are_valid_label_values_or_left_out() -> None:
+    labels = object_json(rollback())["metadata"]["labels"]
+    assert labels["nodesync.io/node"] == "ip-10-0-1-7.ec2.internal"
+    assert labels["nodesync.io/action"] == "rollback_node"
+    long = object_json(rollback(node="n" * 100))["metadata"]["labels"]
+    assert "nodesync.io/node" not in long
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda o: o["metadata"].pop("name"), id="no-name"),
+        pytest.param(lambda o: o["spec"].update(action="reboot"), id="unknown-action"),
+        pytest.param(lambda o: o["spec"].pop("nodeName"), id="no-node"),
+        pytest.param(lambda o: o["spec"].pop("trigger"), id="no-trigger"),
+        pytest.param(lambda o: o.update(spec=[]), id="spec-not-an-object"),
+    ],
+)
+def test_what_cannot_be_a_rollback_is_an_error(change: object) -> None:
+    obj = served(rollback())
+    change(obj)  # type: ignore[operator]
+    with pytest.raises(ConversionError):
+        node_rollback(obj)
+
+
+def test_odd_status_fields_read_as_absent() -> None:
+    obj = served(rollback())
+    obj["status"]["steps"] = [{"name": "cordon", "state": "exploded"}, {"name": 5}, "x"]  # type: ignore[index]
+    obj["status"]["triggers"] = "none"  # type: ignore[index]
+    back = node_rollback(obj)
+    assert back.status.steps == ()
+    assert back.status.triggers == (back.spec.trigger,)
+
+
+def test_the_json_is_what_the_crd_describes() -> None:
+    spec, status = spec_json(rollback().spec), status_json(rollback().status)
+    assert set(spec) == {"nodeName", "nodeUID", "action", "wave", "deleteNode", "paused",
+                         "trigger", "decision"}  # fmt: skip
+    assert {"phase", "step", "steps", "triggers", "observedGeneration"} <= set(status)

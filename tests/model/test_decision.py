@@ -1,0 +1,119 @@
+"""What the hook decides about one alert: a new rollback, a join, an escalation, a refusal, a
+wait — the same function for the controller and ``nodesync plan``."""
+
+from __future__ import annotations
+
+from exporter.model.alerts import Alert
+from exporter.model.decision import (
+    ESCALATE,
+    JOIN,
+    PLAN,
+    REFUSED,
+    WAITS,
+    decide,
+    new_rollback,
+)
+from exporter.model.guards import GuardPolicy, GuardState
+from exporter.model.rollback import Action, StepKind
+from tests.model.test_guards import NOW, cluster, new_node, view_of
+
+POLICY = GuardPolicy()
+
+
+def alert(node: str, action: str = "rollback_node", fp: str = "a1", pod: str = "p") -> Alert:
+    labels = {
+        "alertname": "NodesyncNewNodeNotReady",
+        "nodesync_action": action,
+        "node": node,
+        "namespace": "ns",
+        "pod": pod,
+    }
+    return Alert(fp, "firing", labels, starts_at=NOW - 60)
+
+
+def test_alerts_about_one_node_make_one_rollback() -> None:
+    view = view_of([new_node(f"n{i}") for i in range(10)])
+    state = GuardState()
+    first = decide(alert("n0", fp="a1"), view, state, POLICY, NOW)
+    assert first.verdict == PLAN
+    rollback = new_rollback(first.plan, view, state, POLICY, NOW)  # type: ignore[arg-type]
+    state.accept(rollback.name, first.plan, NOW)  # type: ignore[arg-type]
+    for fp, action in (("a2", "rollback_node"), ("a3", "evict_pod"), ("a4", "cleanup_orphans")):
+        later = decide(alert("n0", action, fp), view, state, POLICY, NOW)
+        assert (later.verdict, later.rollback) == (JOIN, rollback.name), action
+    # The blast radius counts the node once: another node of the wave is over the cap.
+    assert decide(alert("n1", fp="b1"), view, state, POLICY, NOW).verdict == REFUSED
+
+
+def test_a_stronger_alert_escalates_and_is_judged_by_the_guards() -> None:
+    view = view_of([new_node(f"n{i}") for i in range(10)])
+    state = GuardState()
+    cleanup = decide(alert("n0", "cleanup_orphans", "c1"), view, state, POLICY, NOW)
+    assert cleanup.verdict == PLAN
+    state.accept("cleanup-n0", cleanup.plan, NOW)  # type: ignore[arg-type]
+    escalated = decide(alert("n0", "rollback_node", "r1"), view, state, POLICY, NOW)
+    assert (escalated.verdict, escalated.rollback) == (ESCALATE, "cleanup-n0")
+    # Refused by a guard: the weaker rollback goes on, the alert is refused.
+    state.accept("other", decide(alert("n1", fp="x"), view, state, POLICY, NOW).plan, NOW)  # type: ignore[arg-type]
+    again = decide(alert("n2", "cleanup_orphans", "c2"), view, state, POLICY, NOW)
+    state.accept("cleanup-n2", again.plan, NOW)  # type: ignore[arg-type]
+    refused = decide(alert("n2", "rollback_node", "r2"), view, state, POLICY, NOW)
+    assert refused.verdict == REFUSED
+    assert refused.refusal is not None
+    assert refused.refusal.reason == "blast_radius_fraction"
+
+
+def test_evictions_of_different_pods_are_rollbacks_of_their_own() -> None:
+    view = view_of([new_node("n0")])
+    state = GuardState()
+    one = decide(alert("n0", "evict_pod", "e1", pod="p1"), view, state, POLICY, NOW)
+    state.accept("evict-p1", one.plan, NOW)  # type: ignore[arg-type]
+    same = decide(alert("n0", "evict_pod", "e2", pod="p1"), view, state, POLICY, NOW)
+    other = decide(alert("n0", "evict_pod", "e3", pod="p2"), view, state, POLICY, NOW)
+    assert (one.verdict, same.verdict, same.rollback, other.verdict) == (
+        PLAN,
+        JOIN,
+        "evict-p1",
+        PLAN,
+    )
+
+
+def test_a_correlated_failure_makes_new_alerts_wait() -> None:
+    view = cluster(old_failing=40, old_ok=60, new=3)
+    decision = decide(alert("new-000"), view, GuardState(), POLICY, NOW)
+    assert decision.verdict == WAITS
+    assert decision.refusal is not None
+    assert decision.refusal.reason == "correlated_failure"
+
+
+def test_the_new_rollback_records_the_decision_and_is_named_by_it() -> None:
+    view = view_of([new_node(f"n{i}") for i in range(10)])
+    state = GuardState()
+    decision = decide(alert("n3"), view, state, GuardPolicy(delete_nodes=True), NOW)
+    plan = decision.plan
+    assert plan is not None
+    rollback = new_rollback(plan, view, state, POLICY, NOW, decided_by="controller-0")
+    again = new_rollback(plan, view, state, POLICY, NOW + 5)
+    assert rollback.name == again.name  # the same decision, the same name
+    assert rollback.name.startswith("n3-")
+    spec = rollback.spec
+    assert (spec.node, spec.action, spec.delete_node) == ("n3", Action.ROLLBACK_NODE, True)
+    assert spec.node_uid == view.node("n3").uid  # type: ignore[union-attr]
+    assert spec.trigger.fingerprint == "a1"
+    d = spec.decision
+    assert (d.decided_at, d.decided_by, d.wave_size, d.wave_limit, d.wave_used) == (
+        NOW,
+        "controller-0",
+        10,
+        1,
+        0,
+    )
+    assert rollback.status.steps[-1].kind is StepKind.DELETE_NODE
+    other = new_rollback(
+        decide(alert("n3", fp="zz"), view, state, POLICY, NOW).plan,  # type: ignore[arg-type]
+        view,
+        state,
+        POLICY,
+        NOW,
+    )
+    assert other.name != rollback.name  # another episode, another rollback
