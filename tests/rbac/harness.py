@@ -284,13 +284,14 @@ class ControllerRun:
         """Alertmanager: post the node's rollback alert until the controller accepts it (200),
         retrying 5xx (a follower answers 503) as Alertmanager does."""
         started = float(int(time.time()) - 60)
-        # A cordon first, then a rollback of the same node: one NodeRollback, escalated.
+        # A cleanup of orphans first, then a rollback of the same node: one NodeRollback,
+        # escalated.
         payload = body(
             alert(
                 "00000000000000a0",
                 node=NODE,
                 starts_at=started,
-                action="cordon",
+                action="cleanup_orphans",
                 alertname="NodesyncNodeNotReady",
             ),
             alert("00000000000000a1", node=NODE, starts_at=started),
