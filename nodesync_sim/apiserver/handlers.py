@@ -14,13 +14,15 @@ from typing import Any
 from aiohttp import web
 
 from nodesync_sim.apiserver import discovery, errors
+from nodesync_sim.apiserver.deletion import DeleteOptions
 from nodesync_sim.apiserver.disruption import evict
 from nodesync_sim.apiserver.objects import StoredObject, dumps
 from nodesync_sim.apiserver.patch import PATCH_TYPES
+from nodesync_sim.apiserver.reads import ListResult
 from nodesync_sim.apiserver.requestinfo import RequestInfo, is_true
 from nodesync_sim.apiserver.resources import ResourceType, lookup
 from nodesync_sim.apiserver.selectors import parse_field_selector, parse_label_selector
-from nodesync_sim.apiserver.store import DeleteOptions, ListResult, Store
+from nodesync_sim.apiserver.store import Store
 from nodesync_sim.apiserver.watch import WatchFilter, WatchHub, WatchParams, serve_watch
 
 

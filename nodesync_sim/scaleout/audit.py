@@ -13,7 +13,6 @@ import copy
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from nodesync_sim.apiserver.objects import Change
@@ -84,14 +83,14 @@ class ObjectHistory:
 
 
 class ShiftableClock:
-    """The API server's clock (pass it to its Store): real time, or real time minus the offset
-    set by :meth:`backdated` (creation times of old nodes)."""
+    """The API server's clock (pass it to its Store): Unix seconds, real time or real time minus
+    the offset set by :meth:`backdated` (creation times of old nodes)."""
 
     def __init__(self) -> None:
         self.offset = 0.0
 
-    def __call__(self) -> datetime:
-        return datetime.now(UTC) - timedelta(seconds=self.offset)
+    def __call__(self) -> float:
+        return time.time() - self.offset
 
     @contextlib.contextmanager
     def backdated(self, seconds: float) -> Iterator[None]:
