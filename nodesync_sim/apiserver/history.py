@@ -1,10 +1,12 @@
 """The etcd-like part of the store: the objects, one global revision, and the change history.
 
 - One global resourceVersion counter, bumped by every committed write (as etcd's revision).
-- A bounded history of changes (`history_limit` entries). Every change after `floor` is kept,
-  so a watch from any resourceVersion >= floor, a list at an exact older version, and a
-  continue token from an older list can be served; older ones are expired (410).
-  `compact()` forgets all history.
+- A bounded history of changes: at most about `history_limit` entries, none older than
+  `history_seconds` (a real server compacts etcd every 5 minutes and keeps a short window in
+  its watch cache, so an old resourceVersion expires even on a quiet server). Every change
+  after `floor` is kept, so a watch from any resourceVersion >= floor, a list at an exact
+  older version, and a continue token from an older list can be served; older ones are
+  expired (410). `compact()` forgets all history.
 - Listeners (the watch hub) are told of every committed `Change`.
 
 `History` knows nothing of kinds' rules: it stores what it is given. Thread safety: every
@@ -16,12 +18,16 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 from nodesync_sim.apiserver.objects import Change, EventType, JSONObject, StoredObject
 from nodesync_sim.apiserver.resources import ALL, ResourceType
 
 Listener = Callable[[Change], None]
+
+#: How long a change is kept by default: kube-apiserver's etcd compaction interval.
+DEFAULT_HISTORY_SECONDS = 300.0
 
 
 def object_key(rt: ResourceType, namespace: str, name: str) -> str:
@@ -32,14 +38,27 @@ def object_key(rt: ResourceType, namespace: str, name: str) -> str:
 class History:
     """Current objects of every served kind, the revision counter and the change log."""
 
-    def __init__(self, *, history_limit: int = 20_000) -> None:
+    def __init__(
+        self,
+        *,
+        history_limit: int = 20_000,
+        history_seconds: float | None = DEFAULT_HISTORY_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`history_seconds` None keeps changes however old; `monotonic` is the clock their
+        age is measured by."""
         if history_limit < 1:
             raise ValueError("history_limit must be positive")
+        if history_seconds is not None and history_seconds <= 0:
+            raise ValueError("history_seconds must be positive")
         self.lock = threading.RLock()
         self.history_limit = history_limit
+        self.history_seconds = history_seconds
+        self._monotonic = monotonic
         self._rv = 0
         self._objects: dict[str, dict[str, StoredObject]] = {rt.plural: {} for rt in ALL}
         self._log: list[Change] = []
+        self._times: list[float] = []  # when each change of _log was committed (monotonic)
         self._log_base = 0  # absolute position of _log[0]
         self._floor = 0  # every change with rv > floor is in the log
         self._listeners: list[Listener] = []
@@ -75,17 +94,33 @@ class History:
     def compact(self) -> int:
         """Forget all history: older watches, exact lists and continue tokens expire."""
         with self.lock:
-            self._log_base += len(self._log)
-            self._log.clear()
+            self._drop(len(self._log))
             self._floor = self._rv
             return self._floor
+
+    def expire(self) -> None:
+        """Forget the changes older than `history_seconds` (reads call this before they
+        compare a version with `floor`)."""
+        with self.lock:
+            if self.history_seconds is None or not self._times:
+                return
+            cutoff = self._monotonic() - self.history_seconds
+            self._drop(bisect.bisect_left(self._times, cutoff))
+
+    def _drop(self, count: int) -> None:
+        """Forget the `count` oldest changes (lock held)."""
+        if count <= 0:
+            return
+        self._floor = self._log[count - 1].rv
+        del self._log[:count]
+        del self._times[:count]
+        self._log_base += count
 
     def _trim(self) -> None:
         excess = len(self._log) - self.history_limit
         if excess > max(1, self.history_limit // 4):
-            self._floor = self._log[excess - 1].rv
-            del self._log[:excess]
-            self._log_base += excess
+            self._drop(excess)
+        self.expire()
 
     # ------------------------------------------------------------------ objects
 
@@ -123,6 +158,7 @@ class History:
                 bucket[key] = stored
             change = Change(self._rv, kind, rt, key, stored, prev)
             self._log.append(change)
+            self._times.append(self._monotonic())
             self._trim()
             for listener in self._listeners:
                 listener(change)
@@ -155,6 +191,7 @@ class History:
         """Changes from history position `cursor`: (changes, next cursor, current version), or
         None when some of them are no longer kept."""
         with self.lock:
+            self.expire()
             if cursor < self._log_base:
                 return None
             return self._log[cursor - self._log_base :], self.end, self._rv

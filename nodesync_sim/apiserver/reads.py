@@ -98,6 +98,7 @@ def list_objects(
     labels = labels or LabelSelector()
     fields = fields or FieldSelector()
     with history.lock:
+        history.expire()
         snap_rv, start_key = _list_version(
             history, continue_token, resource_version, resource_version_match
         )
@@ -136,6 +137,7 @@ def open_watch(
 ) -> WatchStart:
     """Where a new watch starts; 410 Expired when `resource_version` is no longer kept."""
     with history.lock:
+        history.expire()
         if resource_version in (None, "", "0") or send_initial_events:
             bucket = history.bucket(rt)
             initial = [

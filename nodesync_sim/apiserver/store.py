@@ -24,7 +24,7 @@ from typing import Any
 
 from nodesync_sim.apiserver import errors, reads
 from nodesync_sim.apiserver.deletion import DeleteOptions, DeleteResult, Scheduler
-from nodesync_sim.apiserver.history import History, Listener
+from nodesync_sim.apiserver.history import DEFAULT_HISTORY_SECONDS, History, Listener
 from nodesync_sim.apiserver.objects import Change, JSONObject, StoredObject
 from nodesync_sim.apiserver.patch import STRATEGIC_MERGE_PATCH
 from nodesync_sim.apiserver.reads import ListResult, WatchStart
@@ -52,16 +52,21 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 class Store:
     """In-memory objects of every served kind, with history and watch hooks.
 
-    `clock` is the server's time in Unix seconds (creation and deletion timestamps)."""
+    `clock` is the server's time in Unix seconds (creation and deletion timestamps);
+    `monotonic` measures the age of changes (`history_seconds`, see `history`)."""
 
     def __init__(
         self,
         *,
         history_limit: int = 20_000,
+        history_seconds: float | None = DEFAULT_HISTORY_SECONDS,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
     ) -> None:
-        self._history = History(history_limit=history_limit)
+        self._history = History(
+            history_limit=history_limit, history_seconds=history_seconds, monotonic=monotonic
+        )
         self._registry = Registry(self._history, clock)
         self.lock = self._history.lock
         self.history_limit = history_limit
@@ -89,7 +94,9 @@ class Store:
     @property
     def oldest_resource_version(self) -> int:
         """The oldest resourceVersion a watch or exact list may still start from."""
-        return self._history.floor
+        with self.lock:
+            self._history.expire()
+            return self._history.floor
 
     def compact(self) -> int:
         """Forget all history: older watches, exact lists and continue tokens get 410."""
