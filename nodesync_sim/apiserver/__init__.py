@@ -7,7 +7,8 @@ deletion, PDB-checked eviction, Status error bodies, bearer-token auth, and faul
 Nothing in the product imports this package; tests and the demo do.
 
 Simplifications (each documented where it lives):
-- No managedFields, no server-side apply, no admission, no field validation beyond names;
+- No managedFields, no server-side apply, no admission; field validation only of names,
+  Lease times and durations, and an Event's involvedObject.namespace (see `validation`);
   pod specs are not made immutable.
 - Graceful pod deletion: a scheduled pod gets deletionTimestamp and stays Terminating until a
   grace-0 delete or until the grace period passes (a timer in the server plays the kubelet).

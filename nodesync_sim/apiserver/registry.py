@@ -28,7 +28,7 @@ from nodesync_sim.apiserver.objects import JSONObject, StoredObject
 from nodesync_sim.apiserver.patch import PatchError, apply_patch
 from nodesync_sim.apiserver.resources import NAMESPACES, ResourceType
 from nodesync_sim.apiserver.strategy import merge_for_update, new_object, object_name
-from nodesync_sim.apiserver.validation import check_type, validate_name
+from nodesync_sim.apiserver.validation import check_type, validate_name, validate_object
 
 
 def _body_object(body: Any) -> JSONObject:
@@ -97,6 +97,7 @@ class Registry:
             obj = new_object(
                 rt, namespace, name, generate, body, created_at=created_at, from_api=from_api
             )
+            validate_object(rt, obj)
             if dry_run:
                 return StoredObject(obj)
             return history.commit(rt, key, "ADDED", obj, None)
@@ -114,6 +115,7 @@ class Registry:
         """Commit `new` over `current` (conflicts already checked); a no-op commits nothing."""
         merged = merge_for_update(rt, current.obj, new, subresource)
         merged["metadata"]["resourceVersion"] = current.resource_version
+        validate_object(rt, merged)
         if merged == current.obj:
             return current
         if dry_run:

@@ -1,16 +1,31 @@
 """What the real server refuses in a body before it stores it: a kind or apiVersion that is not
-the URL's (400), and invalid names (422 Invalid, field ``metadata.name``)."""
+the URL's (400), and, as 422 Invalid with one cause per field:
+
+- names that are not DNS subdomains (DNS labels for Namespaces), field ``metadata.name``;
+- Leases (coordination.k8s.io/v1): ``spec.renewTime`` and ``spec.acquireTime`` must be
+  MicroTimes, RFC 3339 with six fractional digits (``2024-01-01T00:00:00.000000Z``);
+  ``spec.leaseDurationSeconds`` must be greater than 0 and ``spec.leaseTransitions`` not
+  negative, when set (a real server refuses a time of another precision while decoding the
+  body; here it is a field error like the others);
+- core/v1 Events: ``involvedObject.namespace``, when set, must be the Event's namespace.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
+from exporter.model.rfc3339 import parse_time
 from nodesync_sim.apiserver import errors
+from nodesync_sim.apiserver.errors import FieldCause, invalid_value
 from nodesync_sim.apiserver.objects import JSONObject
 from nodesync_sim.apiserver.resources import NAMESPACES, ResourceType
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_MICRO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
+MICRO_TIME_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
 
 
 def validate_name(rt: ResourceType, name: str) -> None:
@@ -40,3 +55,68 @@ def check_type(rt: ResourceType, body: JSONObject) -> None:
         raise errors.bad_request(
             f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
         )
+
+
+def _is_micro_time(value: Any) -> bool:
+    return (
+        isinstance(value, str) and bool(_MICRO_TIME.match(value)) and parse_time(value) is not None
+    )
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _lease_causes(obj: JSONObject) -> list[FieldCause]:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    causes = []
+    for key in ("acquireTime", "renewTime"):
+        value = spec.get(key)
+        if value is not None and not _is_micro_time(value):
+            causes.append(
+                invalid_value(
+                    f"spec.{key}",
+                    value,
+                    f"must be an RFC 3339 time with microseconds ({MICRO_TIME_LAYOUT})",
+                )
+            )
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and not (_is_integer(duration) and duration > 0):
+        causes.append(
+            invalid_value("spec.leaseDurationSeconds", duration, "must be greater than 0")
+        )
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and not (_is_integer(transitions) and transitions >= 0):
+        causes.append(
+            invalid_value(
+                "spec.leaseTransitions", transitions, "must be greater than or equal to 0"
+            )
+        )
+    return causes
+
+
+def _event_causes(obj: JSONObject) -> list[FieldCause]:
+    involved = obj.get("involvedObject")
+    namespace = obj["metadata"].get("namespace", "")
+    if not isinstance(involved, dict):
+        return []
+    theirs = involved.get("namespace")
+    if theirs and theirs != namespace:
+        return [invalid_value("involvedObject.namespace", theirs, "does not match event.namespace")]
+    return []
+
+
+_CAUSES: dict[str, Callable[[JSONObject], list[FieldCause]]] = {
+    "leases": _lease_causes,
+    "events": _event_causes,
+}
+
+
+def validate_object(rt: ResourceType, obj: JSONObject) -> None:
+    """422 Invalid when the object about to be stored breaks a rule of its kind."""
+    check = _CAUSES.get(rt.plural)
+    causes = check(obj) if check is not None else []
+    if causes:
+        raise errors.invalid_fields(rt, str(obj["metadata"].get("name", "")), causes)
