@@ -10,9 +10,10 @@ Simplifications (each documented where it lives):
 - No managedFields, no server-side apply, no admission; field validation only of names,
   Lease times and durations, and an Event's involvedObject.namespace (see `validation`);
   pod specs are not made immutable.
-- Graceful pod deletion: a scheduled pod gets deletionTimestamp and stays Terminating until a
-  grace-0 delete or until the grace period passes (a timer in the server plays the kubelet).
-  Unscheduled or finished pods are deleted at once.
+- Graceful pod deletion is the real server's, with no kubelet behind it: a scheduled pod gets
+  deletionTimestamp and stays Terminating until someone deletes it with grace 0 (a simulated
+  kubelet, or the test); nothing expires by itself. Unscheduled or finished pods are deleted
+  at once.
 - Namespace deletion removes its objects at once (no Terminating phase).
 - PDB status is not maintained; eviction computes the budget from the current pods
   (see `disruption`). Controller scale is not modelled.

@@ -2,9 +2,11 @@
 
 - Preconditions (uid, resourceVersion) that do not hold answer 409 Conflict.
 - A pod bound to a node and not finished is deleted gracefully: it gets deletionTimestamp
-  (now plus the grace period) and deletionGracePeriodSeconds, and stays until a delete with
-  grace 0 (a later delete may shorten a pending grace period, never extend it). Unscheduled
-  or finished pods are deleted at once.
+  (now plus the grace period) and deletionGracePeriodSeconds, and stays Terminating until
+  someone deletes it with grace 0 (its kubelet, once it stopped the containers). Nothing
+  expires by itself: past its deletionTimestamp the pod is still there, as on a real server
+  whose kubelet is gone. A later delete may shorten a pending grace period, never extend it.
+  Unscheduled or finished pods are deleted at once.
 - An object with finalizers is only marked (deletionTimestamp, grace 0) and is removed when
   its last finalizer goes (see `Registry`).
 - Deleting a namespace removes the objects in it at once; the default namespaces are
@@ -22,8 +24,6 @@ from nodesync_sim.apiserver.history import History, object_key
 from nodesync_sim.apiserver.objects import StoredObject
 from nodesync_sim.apiserver.resources import ALL, NAMESPACES, ResourceType
 from nodesync_sim.apiserver.strategy import DEFAULT_GRACE_SECONDS
-
-Scheduler = Callable[[float, Callable[[], None]], None]
 
 PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -83,12 +83,6 @@ class Deleter:
     def __init__(self, history: History, clock: Callable[[], float]) -> None:
         self._history = history
         self._clock = clock
-        self._scheduler: Scheduler | None = None
-
-    def set_scheduler(self, scheduler: Scheduler | None) -> None:
-        """Where graceful-deletion timers run (the server's loop); None: no timers."""
-        with self._history.lock:
-            self._scheduler = scheduler
 
     def delete(
         self, rt: ResourceType, current: StoredObject, options: DeleteOptions
@@ -126,43 +120,7 @@ class Deleter:
         updated = current.to_dict()
         updated["metadata"]["deletionTimestamp"] = format_time(deadline)
         updated["metadata"]["deletionGracePeriodSeconds"] = grace
-        stored = self._history.commit(rt, key, "MODIFIED", updated, current)
-        if self._scheduler is not None:
-            delay = max(0.0, deadline - self._clock())
-            uid = current.uid
-            self._scheduler(delay, lambda: self._expire(rt, key, uid))
-        return DeleteResult(stored, False)
-
-    def _expire(self, rt: ResourceType, key: str, uid: str) -> None:
-        """A grace period is over: the server plays the kubelet's final grace-0 delete."""
-        history = self._history
-        with history.lock:
-            current = history.current(rt, key)
-            if (
-                current is None
-                or current.uid != uid
-                or not current.metadata.get("deletionTimestamp")
-            ):
-                return
-            if current.metadata.get("finalizers"):
-                return
-            history.commit(rt, key, "DELETED", None, current)
-
-    def finalize_expired_deletions(self) -> int:
-        """Remove gracefully deleted objects whose deletionTimestamp has passed (no timers)."""
-        removed = 0
-        history = self._history
-        with history.lock:
-            now = self._clock()
-            for rt in ALL:
-                if not rt.graceful_delete:
-                    continue
-                for key, obj in list(history.bucket(rt).items()):
-                    ts = obj.metadata.get("deletionTimestamp")
-                    if ts and _seconds(ts) <= now and not obj.metadata.get("finalizers"):
-                        history.commit(rt, key, "DELETED", None, obj)
-                        removed += 1
-        return removed
+        return DeleteResult(self._history.commit(rt, key, "MODIFIED", updated, current), False)
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         prefix = namespace + "/"

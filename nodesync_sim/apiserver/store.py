@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nodesync_sim.apiserver import errors, reads
-from nodesync_sim.apiserver.deletion import DeleteOptions, DeleteResult, Scheduler
+from nodesync_sim.apiserver.deletion import DeleteOptions, DeleteResult
 from nodesync_sim.apiserver.history import DEFAULT_HISTORY_SECONDS, History, Listener
 from nodesync_sim.apiserver.objects import Change, JSONObject, StoredObject
 from nodesync_sim.apiserver.patch import STRATEGIC_MERGE_PATCH
@@ -80,10 +80,6 @@ class Store:
 
     def remove_listener(self, listener: Listener) -> None:
         self._history.remove_listener(listener)
-
-    def set_scheduler(self, scheduler: Scheduler | None) -> None:
-        """Where graceful-deletion timers run (the server's loop); None: no timers."""
-        self._registry.deleter.set_scheduler(scheduler)
 
     # ------------------------------------------------------------------ versions and history
 
@@ -203,10 +199,6 @@ class Store:
         dry_run: bool = False,
     ) -> DeleteResult:
         return self._registry.delete(rt, namespace, name, options, dry_run=dry_run)
-
-    def finalize_expired_deletions(self) -> int:
-        """Remove gracefully deleted objects whose deletionTimestamp has passed (no timers)."""
-        return self._registry.deleter.finalize_expired_deletions()
 
     # ------------------------------------------------------------------ direct access for tests
 

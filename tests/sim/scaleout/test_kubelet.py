@@ -36,6 +36,11 @@ def _status(env: Env, pod: str) -> dict[str, object]:
     return status
 
 
+def _running(env: Env, pod: str) -> bool:
+    found = env.pod(pod)
+    return found is not None and found["status"].get("phase") == "Running"
+
+
 def _container(env: Env, pod: str) -> dict[str, Any]:
     """The pod's first container status ({} before the kubelet reported one)."""
     statuses = _status(env, pod).get("containerStatuses")
@@ -252,3 +257,65 @@ async def test_an_eviction_is_confirmed_by_the_kubelet_and_a_cordon_changes_noth
         assert _status(env, "app-w-001-0")["phase"] == "Running"
         assert len(env.sim.runtimes["w-001"].pod_uids()) == 2
         assert len(env.sim.timeline.of("w-001")) == posts
+
+
+async def test_a_deleted_pod_is_stopped_in_the_runtime_before_the_kubelet_confirms() -> None:
+    async with simulating(doc(waves=[_wave()])) as env:
+        await eventually(lambda: _running(env, "app-w-000-0"), "running")
+        pod = env.pod("app-w-000-0")
+        assert pod is not None
+        uid = pod["metadata"]["uid"]
+        runtime = env.sim.runtimes["w-000"]
+        seen: list[tuple[str, list[str]]] = []  # (sandbox state, container states) at the DELETE
+
+        def probe(
+            user: str, verb: str, resource: str, subresource: str, namespace: str, name: str
+        ) -> bool:
+            if (verb, resource, name) == ("delete", "pods", "app-w-000-0"):
+                snap = runtime.snapshot(time.time())
+                sandboxes = [s.state.value for s in snap.sandboxes if s.uid == uid]
+                containers = [c.state.value for c in snap.containers if c.pod_uid == uid]
+                seen.append((",".join(sandboxes), containers))
+            return env.audit(user, verb, resource, subresource, namespace, name)
+
+        env.server.settings.authorizer = probe
+        env.server.store.delete("pods", "app-w-000-0", namespace="default")
+        assert env.pod("app-w-000-0") is not None  # Terminating until the kubelet confirms
+        await eventually(lambda: env.pod("app-w-000-0") is None, "the kubelet to confirm")
+        assert seen == [("notready", ["exited"])]
+        assert not runtime.has(uid)  # and what was left of it is gone after the confirmation
+
+
+async def test_the_pods_of_a_silent_node_stay_terminating_until_it_comes_back() -> None:
+    silent = {"kind": "lease_stops", "nodes": ["w-000"], "at_seconds": 2, "for_seconds": 6}
+    async with simulating(doc(waves=[_wave(2, faults=[silent])])) as env:
+        for pod in ("app-w-000-0", "app-w-001-0"):
+            await eventually(lambda p=pod: _running(env, p), "running")  # type: ignore[misc]
+        await eventually(
+            lambda: env.sim.timeline.first("w-000", timeline.LEASE_STOPPED), "the silence"
+        )
+        uid = env.server.store.get("pods", "app-w-000-0", namespace="default")["metadata"]["uid"]
+        pending = env.server.store.delete(
+            "pods", "app-w-000-0", namespace="default", grace_period_seconds=1
+        )
+        deadline = _seconds(pending["metadata"]["deletionTimestamp"])
+        env.server.store.delete("pods", "app-w-001-0", namespace="default", grace_period_seconds=1)
+        await eventually(lambda: env.pod("app-w-001-0") is None, "the live kubelet to confirm")
+
+        def renewed_after_deadline() -> bool:
+            lease = env.server.store.get("leases", "w-001", namespace=LEASE_NAMESPACE)
+            return _seconds(lease["spec"]["renewTime"]) > deadline
+
+        # The live node's Lease is renewed after the deadline: the server served that request
+        # after any timer due at the deadline would have run.
+        await eventually(renewed_after_deadline, "a renewal after the deadline")
+        assert env.sim.timeline.first("w-000", timeline.LEASE_RESUMED) is None, "too slow"
+        terminating = env.pod("app-w-000-0")
+        assert terminating is not None
+        assert (
+            terminating["metadata"]["deletionTimestamp"] == pending["metadata"]["deletionTimestamp"]
+        )
+        assert env.sim.runtimes["w-000"].has(uid)  # nobody stopped it
+        await eventually(lambda: env.pod("app-w-000-0") is None, "the confirmation once back", 15)
+        assert env.sim.timeline.first("w-000", timeline.LEASE_RESUMED) is not None
+        assert not env.sim.runtimes["w-000"].has(uid)
