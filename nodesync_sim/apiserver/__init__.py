@@ -19,6 +19,8 @@ Simplifications (each documented where it lives):
   (see `disruption`). Controller scale is not modelled.
 - events.k8s.io/v1, aggregated discovery, protobuf and YAML bodies are not served.
 - A list with limit and resourceVersion="0" is paginated (the real watch cache may ignore limit).
+- One privilege no real server grants, for the simulator's old nodes: `Store.creation_time`
+  gives one named object, when it is created, a creationTimestamp in the past.
 """
 
 from nodesync_sim.apiserver.server import APIServer, ThreadedAPIServer, write_kubeconfig

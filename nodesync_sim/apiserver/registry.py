@@ -45,6 +45,21 @@ class Registry:
         self._history = history
         self._clock = clock
         self.deleter = Deleter(history, clock)
+        # (plural, key) -> the creationTimestamp its next create gets (see `set_creation_time`)
+        self._creation_times: dict[tuple[str, str], float] = {}
+
+    def set_creation_time(
+        self, rt: ResourceType, namespace: str, name: str, seconds: float | None
+    ) -> None:
+        """Give the object `name` of this kind, when it is created, `seconds` as its
+        creationTimestamp instead of the server's time (None: no longer). A privilege of the
+        simulator, which a real server does not have: old nodes' objects must be old."""
+        key = (rt.plural, object_key(rt, namespace if rt.namespaced else "", name))
+        with self._history.lock:
+            if seconds is None:
+                self._creation_times.pop(key, None)
+            else:
+                self._creation_times[key] = seconds
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> StoredObject:
         found = self._history.current(rt, object_key(rt, namespace, name))
@@ -86,7 +101,7 @@ class Registry:
             raise errors.bad_request("resourceVersion should not be set on objects to be created")
         name, generate = object_name(rt, meta_in)
         validate_name(rt, name)
-        created_at = format_time(self._clock())
+        now = self._clock()
         history = self._history
         with history.lock:
             if rt.namespaced and namespace not in history.bucket(NAMESPACES):
@@ -94,6 +109,7 @@ class Registry:
             key = object_key(rt, namespace, name)
             if key in history.bucket(rt):
                 raise errors.already_exists(rt, name)
+            created_at = format_time(self._creation_times.get((rt.plural, key), now))
             obj = new_object(
                 rt, namespace, name, generate, body, created_at=created_at, from_api=from_api
             )

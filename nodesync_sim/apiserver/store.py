@@ -18,8 +18,9 @@ resource's plural and plain dicts, and return copies.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from nodesync_sim.apiserver import errors, reads
@@ -188,6 +189,24 @@ class Store:
         return self._registry.patch(
             rt, namespace, name, content_type, patch, subresource=subresource, dry_run=dry_run
         )
+
+    @contextlib.contextmanager
+    def creation_time(
+        self, resource: str, namespace: str, name: str, seconds: float
+    ) -> Iterator[None]:
+        """While the context is open, the object ``resource`` ``namespace/name`` is created
+        (through the API or here) with creationTimestamp ``seconds`` instead of the server's
+        time; every other object keeps the server's time.
+
+        A privilege of the simulator, which no real server grants: its old nodes must have been
+        created long ago (the Node, its Lease and its DaemonSet pods), while what the other
+        nodes create meanwhile is created now."""
+        rt = by_plural(resource)
+        self._registry.set_creation_time(rt, namespace, name, seconds)
+        try:
+            yield
+        finally:
+            self._registry.set_creation_time(rt, namespace, name, None)
 
     def delete_object(
         self,

@@ -38,6 +38,7 @@ from typing import Protocol
 
 from exporter.kube.errors import KubeError, NotFound
 from exporter.kube.resources import NODES
+from exporter.model.kube import LEASE_NAMESPACE
 from nodesync_sim.scaleout import objects, timeline
 from nodesync_sim.scaleout.client import KubeletClient
 from nodesync_sim.scaleout.layout import OWNER_DAEMONSET, NodePlan
@@ -205,6 +206,17 @@ class SimulatedKubelet:
         )
         self.last_renewal = now
         await self._bind(daemonsets=True)
+
+    def registration_objects(self) -> list[tuple[str, str, str]]:
+        """(resource, namespace, name) of what :meth:`register` creates: the Node, its Lease,
+        the DaemonSet pods."""
+        made = [("nodes", "", self.name), ("leases", LEASE_NAMESPACE, self.name)]
+        made += [
+            ("pods", pod.namespace, pod.name)
+            for pod in self.plan.pods
+            if pod.owner_kind == OWNER_DAEMONSET
+        ]
+        return made
 
     async def _bind(self, *, daemonsets: bool) -> None:
         """Create the node's DaemonSet pods, or its ReplicaSet pods, bound to it."""

@@ -14,7 +14,9 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.writer import KubeWriter
 from exporter.model.kube import LEASE_NAMESPACE
 from nodesync_sim.apiserver import APIServer
+from nodesync_sim.apiserver.objects import Change
 from nodesync_sim.scaleout import timeline
+from nodesync_sim.scaleout.audit import WriteAudit
 from nodesync_sim.scaleout.scenario import parse
 from nodesync_sim.scaleout.simulator import Simulator, SimulatorError
 from tests.sim.scaleout.support import FAST, Env, doc, eventually, simulating
@@ -96,20 +98,59 @@ async def test_a_node_registers_renews_its_lease_and_runs_its_pods() -> None:
         assert timeline.READY in whats
 
 
+def _age(obj: dict[str, Any] | None) -> float:
+    assert obj is not None
+    return time.time() - _seconds(obj["metadata"]["creationTimestamp"])
+
+
 async def test_old_nodes_were_created_long_ago_and_are_ready() -> None:
-    async with simulating(doc(old_nodes={"count": 2, "age_seconds": 3600}), waves=False) as env:
+    old = {"count": 2, "age_seconds": 3600, "pods_per_node": 1, "daemonset_pods_per_node": 1}
+    async with simulating(doc(old_nodes=old), waves=False) as env:
         for name in ("old-000", "old-001"):
-            created = _seconds(env.node(name)["metadata"]["creationTimestamp"])
-            assert abs(time.time() - 3600 - created) < 5
+            assert abs(_age(env.node(name)) - 3600) < 5
             ready = env.ready(name)
             assert ready["status"] == "True"
             assert time.time() - _seconds(ready["lastTransitionTime"]) > 3590
-        # Only old nodes needed the clock set back: what came later is created now.
-        lease = env.server.store.get("leases", "old-000", namespace=LEASE_NAMESPACE)
-        assert abs(time.time() - _seconds(lease["metadata"]["creationTimestamp"])) > 3590
+            # The node's own objects, created when it registered, are as old as the node.
+            lease = env.server.store.get("leases", name, namespace=LEASE_NAMESPACE)
+            assert abs(_age(lease) - 3600) < 5
+            assert abs(_age(env.pod(f"daemon-0-{name}")) - 3600) < 5
+            # What the node got later (the ReplicaSet pod, once it reported Ready) is new.
+            app = await eventually(lambda n=name: env.pod(f"app-{n}-0"), "the app pod")  # type: ignore[misc]
+            assert _age(app) < 60
 
 
-async def test_old_nodes_need_a_server_whose_clock_can_be_set() -> None:
+async def test_what_others_create_while_an_old_node_registers_is_created_now() -> None:
+    added: list[tuple[str, str]] = []
+    node_creates = 0
+
+    def prepare(server: APIServer, audit: WriteAudit) -> None:
+        def hold_the_second_node(
+            user: str, verb: str, resource: str, subresource: str, namespace: str, name: str
+        ) -> bool:
+            nonlocal node_creates
+            if (verb, resource) == ("create", "nodes"):
+                node_creates += 1
+                if node_creates == 2:  # old-001's Node is slow: old-000 goes on meanwhile
+                    server.faults.add_latency(3.0, path_prefix="/api/v1/nodes", verb="create")
+            return audit(user, verb, resource, subresource, namespace, name)
+
+        def record(change: Change) -> None:
+            if change.type == "ADDED":
+                added.append((change.rt.plural, change.obj.name))
+
+        server.settings.authorizer = hold_the_second_node
+        server.store.add_listener(record)
+
+    old = {"count": 2, "age_seconds": 3600, "pods_per_node": 1}
+    async with simulating(doc(old_nodes=old), waves=False, prepare=prepare) as env:
+        # old-000, Ready, got its app pod bound while old-001 was registering.
+        assert added.index(("pods", "app-old-000-0")) < added.index(("nodes", "old-001"))
+        assert _age(env.pod("app-old-000-0")) < 60
+        assert abs(_age(env.node("old-001")) - 3600) < 5
+
+
+async def test_old_nodes_need_a_server_that_can_give_them_their_creation_times() -> None:
     async with APIServer() as server:
         api = KubeAPI(server.aio_configuration())
         try:
