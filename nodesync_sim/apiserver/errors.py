@@ -232,13 +232,19 @@ def not_found_path() -> APIError:
     return APIError(404, "NotFound", "the server could not find the requested resource")
 
 
-def unsupported_media_type(content_type: str) -> APIError:
+_PATCH_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+)
+
+
+def unsupported_media_type(content_type: str, accepted: tuple[str, ...] = _PATCH_TYPES) -> APIError:
     return APIError(
         415,
         "UnsupportedMediaType",
         f"the body of the request was in an unknown format ({content_type}) - accepted media "
-        "types include: application/json-patch+json, application/merge-patch+json, "
-        "application/strategic-merge-patch+json",
+        f"types include: {', '.join(accepted)}",
     )
 
 

@@ -27,7 +27,13 @@ from nodesync_sim.apiserver.history import History, object_key
 from nodesync_sim.apiserver.objects import JSONObject, StoredObject
 from nodesync_sim.apiserver.patch import PatchError, apply_patch
 from nodesync_sim.apiserver.resources import NAMESPACES, ResourceType
-from nodesync_sim.apiserver.strategy import merge_for_update, new_object, object_name
+from nodesync_sim.apiserver.strategy import (
+    merge_for_update,
+    new_object,
+    object_name,
+    patch_types,
+    requires_resource_version,
+)
 from nodesync_sim.apiserver.validation import check_type, validate_name, validate_object
 
 
@@ -184,6 +190,14 @@ class Registry:
                     return self.create(rt, namespace, body, dry_run=dry_run), True
                 raise errors.not_found(rt, name)
             expected = meta_in.get("resourceVersion")
+            if not expected and requires_resource_version(rt):
+                raise errors.invalid(
+                    rt,
+                    name,
+                    "metadata.resourceVersion",
+                    "FieldValueInvalid",
+                    "Invalid value: 0x0: must be specified for an update",
+                )
             if expected and str(expected) != current.resource_version:
                 raise errors.stale(rt, name)
             return self._write(rt, current, body, subresource, dry_run), False
@@ -200,13 +214,16 @@ class Registry:
         dry_run: bool = False,
     ) -> StoredObject:
         """PATCH; 409 when the patched object's metadata.resourceVersion is stale."""
+        accepted = patch_types(rt)
+        if content_type not in accepted:
+            raise errors.unsupported_media_type(content_type, accepted)
         with self._history.lock:
             current = self.get(rt, namespace, name)
             try:
                 patched = apply_patch(current.obj, content_type, patch)
             except PatchError as exc:
                 if exc.code == 415:
-                    raise errors.unsupported_media_type(content_type) from None
+                    raise errors.unsupported_media_type(content_type, accepted) from None
                 if exc.code == 400:
                     raise errors.bad_request(exc.message) from None
                 raise errors.unprocessable(exc.message) from None

@@ -8,6 +8,12 @@ stored, as pure functions of the request body and the stored object.
 - Update: system metadata is kept from the stored object; a kind with a status subresource
   keeps its status on main-resource writes and changes only its status through ``/status``;
   generation grows when the spec changes.
+- Custom resources (apiextensions' strategy for a CRD with a status subresource): a create
+  through the API drops the status and fills no defaults; a main-resource write keeps the
+  stored status and bumps generation when anything but metadata and status changed; a
+  ``/status`` write changes the status only (absent: removed), nothing else; an update must
+  carry metadata.resourceVersion; only JSON patch and merge patch are accepted (a strategic
+  merge patch needs Go types a custom resource has not).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import uuid
 
 from nodesync_sim.apiserver import errors
 from nodesync_sim.apiserver.objects import JSONObject
+from nodesync_sim.apiserver.patch import JSON_PATCH, MERGE_PATCH, PATCH_TYPES
 from nodesync_sim.apiserver.resources import NAMESPACES, ResourceType
 
 DEFAULT_GRACE_SECONDS = 30
@@ -97,8 +104,25 @@ def new_object(
             obj[k] = copy.deepcopy(v)
     if from_api and rt.reset_status_on_create is not None:
         obj["status"] = copy.deepcopy(rt.reset_status_on_create)
-    _default(rt, obj)
+    if rt.custom:
+        if from_api:
+            obj.pop("status", None)  # a create cannot set the status of a custom resource
+    else:
+        _default(rt, obj)
     return obj
+
+
+def patch_types(rt: ResourceType) -> tuple[str, ...]:
+    """The PATCH media types the kind accepts: custom resources have no strategic merge."""
+    if rt.custom:
+        return (JSON_PATCH, MERGE_PATCH)
+    return PATCH_TYPES
+
+
+def requires_resource_version(rt: ResourceType) -> bool:
+    """Whether an update (PUT) must carry metadata.resourceVersion: custom resources do not
+    allow unconditional updates."""
+    return rt.custom
 
 
 def _default(rt: ResourceType, obj: JSONObject) -> None:
@@ -132,8 +156,8 @@ def merge_for_update(
         # Status writes change status only (metadata is reset too, as in the real server).
         out = {k: v for k, v in cur.items() if k != "status"}
         out["metadata"] = dict(cur["metadata"])
-        if new.get("status") is not None:
-            out["status"] = copy.deepcopy(new["status"])
+        if new.get("status") is not None or (rt.custom and "status" in new):
+            out["status"] = copy.deepcopy(new["status"])  # a custom resource's null is refused
         return out
     out = {"kind": rt.kind, "apiVersion": rt.api_version}
     meta_in = new.get("metadata") or {}
@@ -156,6 +180,18 @@ def merge_for_update(
             out["status"] = cur["status"]
         else:
             out.pop("status", None)
-    if rt.has_generation and out.get("spec") != cur.get("spec"):
+    if rt.has_generation and _generation_changed(rt, cur, out):
         meta["generation"] = int(cur_meta.get("generation", 0)) + 1
     return out
+
+
+def _generation_changed(rt: ResourceType, cur: JSONObject, new: JSONObject) -> bool:
+    """A spec change (built-in kinds); any change but metadata (custom resources: the status is
+    the stored one already)."""
+    if not rt.custom:
+        return bool(new.get("spec") != cur.get("spec"))
+
+    def content(obj: JSONObject) -> JSONObject:
+        return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion", "metadata")}
+
+    return content(new) != content(cur)

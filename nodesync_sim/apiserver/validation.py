@@ -7,7 +7,8 @@ the URL's (400), and, as 422 Invalid with one cause per field:
   ``spec.leaseDurationSeconds`` must be greater than 0 and ``spec.leaseTransitions`` not
   negative, when set (a real server refuses a time of another precision while decoding the
   body; here it is a field error like the others);
-- core/v1 Events: ``involvedObject.namespace``, when set, must be the Event's namespace.
+- core/v1 Events: ``involvedObject.namespace``, when set, must be the Event's namespace;
+- custom resources: ``spec`` and ``status``, when present, must be objects (no other schema).
 """
 
 from __future__ import annotations
@@ -108,6 +109,32 @@ def _event_causes(obj: JSONObject) -> list[FieldCause]:
     return []
 
 
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _custom_causes(obj: JSONObject) -> list[FieldCause]:
+    """A custom resource's schema here: spec and status, when present, are objects."""
+    causes = []
+    for key in ("spec", "status"):
+        if key in obj and not isinstance(obj[key], dict):
+            kind = _json_type(obj[key])
+            causes.append(
+                invalid_value(key, kind, f'{key} in body must be of type object: "{kind}"')
+            )
+    return causes
+
+
 _CAUSES: dict[str, Callable[[JSONObject], list[FieldCause]]] = {
     "leases": _lease_causes,
     "events": _event_causes,
@@ -116,7 +143,7 @@ _CAUSES: dict[str, Callable[[JSONObject], list[FieldCause]]] = {
 
 def validate_object(rt: ResourceType, obj: JSONObject) -> None:
     """422 Invalid when the object about to be stored breaks a rule of its kind."""
-    check = _CAUSES.get(rt.plural)
+    check = _custom_causes if rt.custom else _CAUSES.get(rt.plural)
     causes = check(obj) if check is not None else []
     if causes:
         raise errors.invalid_fields(rt, str(obj["metadata"].get("name", "")), causes)

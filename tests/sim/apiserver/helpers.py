@@ -58,10 +58,12 @@ def call(
     path: str,
     body: Any = None,
     content_type: str = "application/json",
+    *,
+    token: str | None = None,
 ) -> tuple[int, Any]:
     """(HTTP status, decoded JSON answer) of one request sent as given: the typed client
     rewrites bodies (e.g. times without fractions lose them), this does not."""
-    headers = {"Authorization": f"Bearer {server.token}", "Content-Type": content_type}
+    headers = {"Authorization": f"Bearer {token or server.token}", "Content-Type": content_type}
     data = None if body is None else json.dumps(body).encode()
     resp = urllib3.request(method, server.url + path, body=data, headers=headers, timeout=10.0)
     return resp.status, json.loads(resp.data) if resp.data else None
