@@ -238,9 +238,11 @@ class API:
                 f"127.0.0.1:{self.port}",
                 "--kubeconfig",
                 str(self.kubeconfig),
-                # Enough history that no watch falls off it during the run.
+                # Enough history (by count and by age) that no watch falls off it.
                 "--history-limit",
                 "500000",
+                "--history-age",
+                "1h",
                 "--log-level",
                 "warning",
             ],

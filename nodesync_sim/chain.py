@@ -1,7 +1,7 @@
 """The whole local chain, on 127.0.0.1 free ports, from a scenario:
 
-1. the test API server (in process; its clock can be set back for old nodes; every write is
-   audited by user, each component having its own token);
+1. the test API server (in process, so that old nodes get their creation times; every write
+   is audited by user, each component having its own token);
 2. a private containerd (nodesync_sim.containerd) with the scenario's orphan sandboxes, when the
    scenario has a real node;
 3. the real agent (``nodesync agent``'s app) for the real node, with its kubelet's healthz;
@@ -52,11 +52,11 @@ from exporter.controller.webhook import webhook_extension
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.settings.declare import changed, settings_of
-from nodesync_sim.apiserver import APIServer, Store, write_kubeconfig
+from nodesync_sim.apiserver import APIServer, write_kubeconfig
 from nodesync_sim.containerd import LocalContainerd
 from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod
-from nodesync_sim.scaleout.audit import ObjectHistory, ShiftableClock, WriteAudit
+from nodesync_sim.scaleout.audit import ObjectHistory, WriteAudit
 from nodesync_sim.scaleout.overrides import (
     alertmanager_config,
     prometheus_duration,
@@ -118,7 +118,6 @@ class Chain:
         self._base_dir = base_dir
         self._log_level = log_level
         self.workdir: Path | None = None
-        self.clock = ShiftableClock()
         self.audit = WriteAudit()
         self.node_history = ObjectHistory("nodes")
         self._tokens = {
@@ -126,7 +125,6 @@ class Chain:
         }
         self.hook_token = secrets.token_urlsafe(24)
         self.api = APIServer(
-            store=Store(clock=self.clock),
             extra_tokens={token: user for user, token in self._tokens.items()},
             authorizer=self.audit,
             bookmark_interval=5.0,
@@ -303,7 +301,7 @@ class Chain:
         self.simulator = Simulator(
             self.scenario,
             api,
-            backdate=self.clock.backdated,
+            backdate=self.api.store.creation_time,
             real_runtime=self.real_pods,
             on_fault=self._on_fault,
         )

@@ -210,17 +210,28 @@ async def wait_for_state(
             await asyncio.sleep(0.05)
 
 
+async def _stop_sandbox(stub: api_pb2_grpc.RuntimeServiceStub, sandbox_id: str) -> None:
+    try:
+        await stub.StopPodSandbox(
+            api_pb2.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=_CALL_TIMEOUT
+        )
+    except grpc.aio.AioRpcError as err:
+        if err.code() != grpc.StatusCode.NOT_FOUND:
+            raise
+
+
+async def stop_pod(endpoint: str, sandbox_id: str) -> None:
+    """Stop a pod sandbox and its containers, leaving them listed (what kubelet does before it
+    confirms a pod's deletion); a missing pod is not an error."""
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        await _stop_sandbox(api_pb2_grpc.RuntimeServiceStub(channel), sandbox_id)
+
+
 async def remove_pod(endpoint: str, sandbox_id: str) -> None:
     """Stop and remove a pod sandbox with its containers; a missing pod is not an error."""
     async with grpc.aio.insecure_channel(endpoint) as channel:
         stub = api_pb2_grpc.RuntimeServiceStub(channel)
-        try:
-            await stub.StopPodSandbox(
-                api_pb2.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=_CALL_TIMEOUT
-            )
-        except grpc.aio.AioRpcError as err:
-            if err.code() != grpc.StatusCode.NOT_FOUND:
-                raise
+        await _stop_sandbox(stub, sandbox_id)
         await stub.RemovePodSandbox(
             api_pb2.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=_CALL_TIMEOUT
         )

@@ -85,6 +85,13 @@ class APIServerSettings:
         "changes kept for watches and lists from older resourceVersions",
         POSITIVE_COUNT,
     )
+    history_age: float = setting(
+        "--history-age",
+        "5m",
+        "how long a change is kept for watches and lists from older resourceVersions (older "
+        "ones get 410 Expired, as after a real server's etcd compaction)",
+        POSITIVE_DURATION,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,53 +219,14 @@ async def _get_counters(request: web.Request) -> web.Response:
     return json_response(dumps(rows))
 
 
-class _Timers:
-    """Graceful-deletion timers on the server's loop; callable from any thread."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._thread_id = threading.get_ident()
-        self._handles: set[asyncio.TimerHandle] = set()
-        self._closed = False
-
-    def schedule(self, delay: float, callback: Callable[[], None]) -> None:
-        if threading.get_ident() == self._thread_id:
-            self._arm(delay, callback)
-        else:
-            self._loop.call_soon_threadsafe(self._arm, delay, callback)
-
-    def _arm(self, delay: float, callback: Callable[[], None]) -> None:
-        if self._closed:
-            return
-        handle: asyncio.TimerHandle
-
-        def fire() -> None:
-            self._handles.discard(handle)
-            callback()
-
-        handle = self._loop.call_later(delay, fire)
-        self._handles.add(handle)
-
-    def close(self) -> None:
-        self._closed = True
-        for handle in self._handles:
-            handle.cancel()
-        self._handles.clear()
-
-
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
-    loop = asyncio.get_running_loop()
     store, hub = app[STORE], app[HUB]
-    hub.bind(loop)
-    timers = _Timers(loop)
+    hub.bind(asyncio.get_running_loop())
     store.add_listener(hub.on_change)
-    store.set_scheduler(timers.schedule)
     try:
         yield
     finally:
-        store.set_scheduler(None)
         store.remove_listener(hub.on_change)
-        timers.close()
 
 
 async def _drop_watches(app: web.Application) -> None:

@@ -23,6 +23,7 @@ async def run(args: argparse.Namespace) -> int:
         port=port,
         token=args.token or secrets.token_urlsafe(24),
         history_limit=args.history_limit,
+        history_seconds=args.history_age,
         bookmark_interval=args.bookmark_interval,
     )
     if args.kubeconfig:

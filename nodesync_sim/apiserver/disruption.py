@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodesync_sim.apiserver import errors
+from nodesync_sim.apiserver.deletion import DeleteOptions
 from nodesync_sim.apiserver.objects import JSONObject, StoredObject
 from nodesync_sim.apiserver.resources import PODDISRUPTIONBUDGETS, PODS
 from nodesync_sim.apiserver.selectors import label_selector_from_object
-from nodesync_sim.apiserver.store import DeleteOptions, Store
+from nodesync_sim.apiserver.store import Store
 
 EVICTION_VERSIONS = frozenset({"policy/v1", "policy/v1beta1"})
 

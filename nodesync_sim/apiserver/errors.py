@@ -6,6 +6,8 @@ code, reason, message and details a real server sends, so clients match on code/
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 from nodesync_sim.apiserver.resources import ResourceType
@@ -102,20 +104,54 @@ def bad_request(message: str) -> APIError:
     return APIError(400, "BadRequest", message)
 
 
-def invalid(rt: ResourceType, name: str, field: str, cause_reason: str, detail: str) -> APIError:
-    """422 Invalid for one field error, e.g. a missing name."""
-    cause_message = f"{field}: {detail}"
+@dataclass(frozen=True, slots=True)
+class FieldCause:
+    """One field error of a 422 Invalid: where, why (``FieldValueInvalid``, ...), and the
+    message after the field path (``Invalid value: 0: must be greater than 0``)."""
+
+    field: str
+    reason: str
+    message: str
+
+
+def invalid_value(field: str, value: Any, detail: str) -> FieldCause:
+    """A ``field.Invalid`` error, the value printed as the real server prints it."""
+    if value is None:
+        shown = "null"
+    elif isinstance(value, bool):
+        shown = "true" if value else "false"
+    elif isinstance(value, int | float):
+        shown = str(value)
+    else:
+        shown = json.dumps(value)
+    return FieldCause(field, "FieldValueInvalid", f"Invalid value: {shown}: {detail}")
+
+
+def invalid_fields(rt: ResourceType, name: str, causes: list[FieldCause]) -> APIError:
+    """422 Invalid for field errors, as the real server words it: ``Lease.coordination.k8s.io
+    "n1" is invalid: spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0``
+    (several errors are listed in brackets)."""
+    texts = [f"{c.field}: {c.message}" for c in causes]
+    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    qualified_kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
     return APIError(
         422,
         "Invalid",
-        f'{rt.kind} "{name}" is invalid: {cause_message}',
+        f'{qualified_kind} "{name}" is invalid: {summary}',
         {
             "name": name,
             **({"group": rt.group} if rt.group else {}),
             "kind": rt.kind,
-            "causes": [{"reason": cause_reason, "message": detail, "field": field}],
+            "causes": [
+                {"reason": c.reason, "message": c.message, "field": c.field} for c in causes
+            ],
         },
     )
+
+
+def invalid(rt: ResourceType, name: str, field: str, cause_reason: str, detail: str) -> APIError:
+    """422 Invalid for one field error, e.g. a missing name."""
+    return invalid_fields(rt, name, [FieldCause(field, cause_reason, detail)])
 
 
 def unprocessable(message: str) -> APIError:
@@ -196,13 +232,19 @@ def not_found_path() -> APIError:
     return APIError(404, "NotFound", "the server could not find the requested resource")
 
 
-def unsupported_media_type(content_type: str) -> APIError:
+_PATCH_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+)
+
+
+def unsupported_media_type(content_type: str, accepted: tuple[str, ...] = _PATCH_TYPES) -> APIError:
     return APIError(
         415,
         "UnsupportedMediaType",
         f"the body of the request was in an unknown format ({content_type}) - accepted media "
-        "types include: application/json-patch+json, application/merge-patch+json, "
-        "application/strategic-merge-patch+json",
+        f"types include: {', '.join(accepted)}",
     )
 
 

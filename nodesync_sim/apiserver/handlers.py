@@ -14,13 +14,15 @@ from typing import Any
 from aiohttp import web
 
 from nodesync_sim.apiserver import discovery, errors
+from nodesync_sim.apiserver.deletion import DeleteOptions
 from nodesync_sim.apiserver.disruption import evict
 from nodesync_sim.apiserver.objects import StoredObject, dumps
-from nodesync_sim.apiserver.patch import PATCH_TYPES
+from nodesync_sim.apiserver.reads import ListResult
 from nodesync_sim.apiserver.requestinfo import RequestInfo, is_true
-from nodesync_sim.apiserver.resources import ResourceType, lookup
+from nodesync_sim.apiserver.resources import NAMESPACES, ResourceType, lookup
 from nodesync_sim.apiserver.selectors import parse_field_selector, parse_label_selector
-from nodesync_sim.apiserver.store import DeleteOptions, ListResult, Store
+from nodesync_sim.apiserver.store import Store
+from nodesync_sim.apiserver.strategy import patch_types
 from nodesync_sim.apiserver.watch import WatchFilter, WatchHub, WatchParams, serve_watch
 
 
@@ -73,7 +75,9 @@ def list_body(rt: ResourceType, result: ListResult) -> bytes:
     meta += b"}"
     head = b'{"kind":"' + rt.list_kind.encode() + b'","apiVersion":"'
     head += rt.api_version.encode() + b'","metadata":' + meta + b',"items":['
-    return head + b",".join(o.item_bytes() for o in result.items) + b"]}"
+    # Items of a typed list carry no kind and apiVersion; a custom resource's (unstructured) do.
+    items = (o.full_bytes() if rt.custom else o.item_bytes() for o in result.items)
+    return head + b",".join(items) + b"]}"
 
 
 def _discovery(info: RequestInfo, ctx: HandlerContext) -> web.Response:
@@ -102,6 +106,8 @@ def resolve(info: RequestInfo) -> ResourceType:
         raise errors.not_found_path()
     if info.name and rt.namespaced and not info.namespace:
         raise errors.not_found_path()
+    if info.namespace and not rt.namespaced and rt is not NAMESPACES:
+        raise errors.not_found_path()  # a cluster-scoped kind has no namespaced path
     return rt
 
 
@@ -163,8 +169,9 @@ async def handle_api(
         return json_response(obj.full_bytes(), 201 if was_created else 200)
     if verb == "patch":
         content_type = request.content_type
-        if content_type not in PATCH_TYPES:
-            raise errors.unsupported_media_type(content_type)
+        accepted = patch_types(rt)
+        if content_type not in accepted:
+            raise errors.unsupported_media_type(content_type, accepted)
         patched = store.patch_object(
             rt,
             ns,

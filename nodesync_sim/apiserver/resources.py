@@ -3,7 +3,7 @@
 A `ResourceType` carries everything the generic store and handlers need to know about one kind:
 its REST name and group/version, whether it is namespaced, which subresources and field
 selectors it supports, and the per-kind strategy flags the real API server implements in its
-registry (status reset on create, generation tracking, graceful deletion).
+registry (status reset on create, generation tracking, graceful deletion, custom resource).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class ResourceType:
     graceful_delete: bool = False  # pods: deletion sets deletionTimestamp and waits for the grace
     return_deleted_object: bool = False  # DELETE answers the object instead of a Status
     allow_create_on_update: bool = False
+    custom: bool = False  # a custom resource (CRD): unstructured, served as apiextensions does
 
     @property
     def api_version(self) -> str:
@@ -180,6 +181,22 @@ PODDISRUPTIONBUDGETS = ResourceType(
     },
 )
 
+#: nodesync's record of a rollback: a cluster-scoped custom resource with a status subresource
+#: (served as the CRD nodesync ships would be; see `strategy` for what that changes).
+NODEROLLBACKS = ResourceType(
+    group="nodesync.io",
+    version="v1alpha1",
+    plural="noderollbacks",
+    singular="noderollback",
+    kind="NodeRollback",
+    namespaced=False,
+    short_names=("nrb",),
+    subresources=("status",),
+    has_status=True,
+    has_generation=True,
+    custom=True,
+)
+
 ALL: tuple[ResourceType, ...] = (
     NAMESPACES,
     NODES,
@@ -187,6 +204,7 @@ ALL: tuple[ResourceType, ...] = (
     EVENTS,
     LEASES,
     PODDISRUPTIONBUDGETS,
+    NODEROLLBACKS,
 )
 
 BY_PLURAL: Mapping[str, ResourceType] = {rt.plural: rt for rt in ALL}

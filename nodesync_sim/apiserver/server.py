@@ -28,6 +28,7 @@ from nodesync_sim.apiserver.app import HUB, ServerSettings, create_app
 from nodesync_sim.apiserver.auth import Authorizer, allow_all
 from nodesync_sim.apiserver.counters import RequestCounters
 from nodesync_sim.apiserver.faults import Faults
+from nodesync_sim.apiserver.history import DEFAULT_HISTORY_SECONDS
 from nodesync_sim.apiserver.store import Store
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class APIServer:
         extra_tokens: Mapping[str, str] | None = None,
         store: Store | None = None,
         history_limit: int = 20_000,
+        history_seconds: float | None = DEFAULT_HISTORY_SECONDS,
         bookmark_interval: float = 60.0,
         watch_timeout: float = 1800.0,
         authorizer: Authorizer = allow_all,
@@ -80,7 +82,7 @@ class APIServer:
         self.port = port
         self.token = token or secrets.token_urlsafe(24)
         self.tokens: dict[str, str] = {self.token: DEFAULT_USER, **(extra_tokens or {})}
-        self.store = store or Store(history_limit=history_limit)
+        self.store = store or Store(history_limit=history_limit, history_seconds=history_seconds)
         self.faults = Faults()
         self.counters = RequestCounters()
         self.settings = ServerSettings(

@@ -1,6 +1,5 @@
 """What happened in the test API server, for checking who wrote what: a write audit by user (the
-server's authorization hook), the history of the Node objects (a store listener), and a clock
-the simulator can set back while old nodes register.
+server's authorization hook) and the history of the Node objects (a store listener).
 
 Each component of the local chain talks to the API server with its own token, so the audit
 tells the controller's writes from the simulated kubelets' and the agent's.
@@ -8,12 +7,10 @@ tells the controller's writes from the simulated kubelets' and the agent's.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from nodesync_sim.apiserver.objects import Change
@@ -81,22 +78,3 @@ class ObjectHistory:
                 last: dict[str, Any] = obj
                 return last
         return None
-
-
-class ShiftableClock:
-    """The API server's clock (pass it to its Store): real time, or real time minus the offset
-    set by :meth:`backdated` (creation times of old nodes)."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> datetime:
-        return datetime.now(UTC) - timedelta(seconds=self.offset)
-
-    @contextlib.contextmanager
-    def backdated(self, seconds: float) -> Iterator[None]:
-        previous, self.offset = self.offset, seconds
-        try:
-            yield
-        finally:
-            self.offset = previous

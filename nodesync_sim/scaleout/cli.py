@@ -20,8 +20,7 @@ from pathlib import Path
 
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, kubeconfig_configuration
-from nodesync_sim.apiserver import APIServer, Store
-from nodesync_sim.scaleout.audit import ShiftableClock
+from nodesync_sim.apiserver import APIServer
 from nodesync_sim.scaleout.scenario import ScenarioError, load
 from nodesync_sim.scaleout.simulator import Backdate, Simulator, SimulatorError
 
@@ -67,18 +66,18 @@ async def _simulate(
 
 
 async def _with_apiserver(args: argparse.Namespace) -> int:
-    """Run the scenario against an in-process test API server whose clock it may set back."""
-    clock = ShiftableClock()
+    """Run the scenario against an in-process test API server, which can give old nodes their
+    creation times."""
     host, port = args.apiserver_listen_address
     scratch = None if args.apiserver_kubeconfig else tempfile.mkdtemp(prefix="nodesync-sim-")
     path = Path(args.apiserver_kubeconfig or f"{scratch}/kubeconfig")
     try:
-        async with APIServer(host=host, port=port, store=Store(clock=clock)) as server:
+        async with APIServer(host=host, port=port) as server:
             server.write_kubeconfig(path)
             print(f"serving the Kubernetes API on {server.url}", flush=True)
             print(f"kubeconfig: {path}", flush=True)
             async with KubeAPI(server.aio_configuration()) as api:
-                return await _simulate(args, api, clock.backdated, server.url)
+                return await _simulate(args, api, server.store.creation_time, server.url)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

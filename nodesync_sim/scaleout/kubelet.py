@@ -12,9 +12,11 @@
   ready; crash and OOM loops make a container fail again after kubelet's back-off (base
   ``crash_backoff_seconds``, doubling, capped at ``crash_backoff_max_seconds``), reported as
   CrashLoopBackOff with the last termination and a growing restart count.
-- **Confirms deletions**: a pod deleted gracefully (an eviction, a delete) is stopped within
-  ``pod_stop_seconds`` (never later than its grace period) and then deleted with grace 0 and
-  its uid as precondition, as kubelet does. A cordoned or tainted node keeps running its pods.
+- **Confirms deletions**: a pod deleted gracefully (an eviction, a delete) is stopped in the
+  runtime within ``pod_stop_seconds`` (never later than its grace period) and then deleted
+  with grace 0 and its uid as precondition, as kubelet does; the API server keeps the pod
+  Terminating until then, so a silent kubelet's pods stay Terminating. A cordoned or tainted
+  node keeps running its pods.
 
 The scheduler's and the workload controllers' share is played here too: DaemonSet pods are
 bound to the node when it registers, ReplicaSet pods once it first reports Ready.
@@ -36,6 +38,7 @@ from typing import Protocol
 
 from exporter.kube.errors import KubeError, NotFound
 from exporter.kube.resources import NODES
+from exporter.model.kube import LEASE_NAMESPACE
 from nodesync_sim.scaleout import objects, timeline
 from nodesync_sim.scaleout.client import KubeletClient
 from nodesync_sim.scaleout.layout import OWNER_DAEMONSET, NodePlan
@@ -66,7 +69,11 @@ class PodRuntime(Protocol):
 
     async def run_pod(self, pod: BoundPod) -> None: ...
 
-    async def remove_pod(self, uid: str) -> None: ...
+    async def stop_pod(self, uid: str) -> None:
+        """Stop the pod's containers and sandbox, keeping them listed (idempotent)."""
+
+    async def remove_pod(self, uid: str) -> None:
+        """Stop and remove the pod's containers and sandbox (idempotent)."""
 
 
 class SimPodRuntime:
@@ -79,6 +86,9 @@ class SimPodRuntime:
     async def run_pod(self, pod: BoundPod) -> None:
         info = pod.info
         self.runtime.run(info.uid, info.namespace, info.name, pod.containers, self._clock())
+
+    async def stop_pod(self, uid: str) -> None:
+        self.runtime.stop(uid, self._clock())
 
     async def remove_pod(self, uid: str) -> None:
         self.runtime.remove(uid)
@@ -196,6 +206,17 @@ class SimulatedKubelet:
         )
         self.last_renewal = now
         await self._bind(daemonsets=True)
+
+    def registration_objects(self) -> list[tuple[str, str, str]]:
+        """(resource, namespace, name) of what :meth:`register` creates: the Node, its Lease,
+        the DaemonSet pods."""
+        made = [("nodes", "", self.name), ("leases", LEASE_NAMESPACE, self.name)]
+        made += [
+            ("pods", pod.namespace, pod.name)
+            for pod in self.plan.pods
+            if pod.owner_kind == OWNER_DAEMONSET
+        ]
+        return made
 
     async def _bind(self, *, daemonsets: bool) -> None:
         """Create the node's DaemonSet pods, or its ReplicaSet pods, bound to it."""
@@ -416,14 +437,20 @@ class SimulatedKubelet:
         await self._client.patch_pod_status(pod.info.namespace, pod.info.name, status)
 
     async def _stop(self, uid: str, pod: BoundPod, run: _Run, now: float) -> None:
+        """A pod being deleted: stop its containers within ``pod_stop_seconds`` (never later
+        than its grace period), then confirm the deletion (grace 0, this uid only), then
+        remove what is left of it from the runtime. The API server waits for this: without
+        the confirmation the pod stays Terminating."""
         if run.stop_at is None:
             grace = pod.info.deletion_grace_period_seconds
             limit = float(grace) if grace is not None else float(pod.grace_seconds)
             run.stop_at = now + min(self._timing.pod_stop_seconds, limit)
         if now < run.stop_at:
             return
-        await self._runtime.remove_pod(uid)
-        if await self._client.confirm_pod_deleted(pod.info.namespace, pod.info.name, uid):
+        await self._runtime.stop_pod(uid)
+        confirmed = await self._client.confirm_pod_deleted(pod.info.namespace, pod.info.name, uid)
+        await self._runtime.remove_pod(uid)  # confirmed, or gone (or replaced) already
+        if confirmed:
             self._timeline.record(self.name, timeline.POD_DELETED, _pod_name(pod))
 
 

@@ -3,8 +3,8 @@ and its healthz answers for the simulated kubelet.
 
 - :class:`ContainerdPods`: a :class:`~nodesync_sim.scaleout.kubelet.PodRuntime` that runs each
   pod the simulated kubelet starts as a real host-network sandbox with one ``sleep`` container
-  per container name (nodesync_sim.runtime_pods, kubelet's labels), and stops and removes it
-  when the kubelet stops the pod.
+  per container name (nodesync_sim.runtime_pods, kubelet's labels), stops it when the kubelet
+  stops the pod, and removes it once the pod's deletion is confirmed.
 - :class:`KubeletHealthz`: ``/healthz`` answering ``ok`` while the node's simulated kubelet
   talks to the API server, 503 while it is silent (the real agent probes it).
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from nodesync_sim.runtime_pods import ContainerSpec, remove_pod, run_pod
+from nodesync_sim.runtime_pods import ContainerSpec, remove_pod, run_pod, stop_pod
 from nodesync_sim.scaleout.pods import BoundPod
 
 SLEEP: tuple[str, ...] = ("/bin/sleep", "inf")
@@ -33,6 +33,11 @@ class ContainerdPods:
         specs = [ContainerSpec(name, list(SLEEP)) for name in pod.containers]
         ran = await run_pod(self.endpoint, info.name, info.namespace, info.uid, specs)
         self.sandboxes[info.uid] = ran.sandbox_id
+
+    async def stop_pod(self, uid: str) -> None:
+        sandbox = self.sandboxes.get(uid)
+        if sandbox is not None:
+            await stop_pod(self.endpoint, sandbox)
 
     async def remove_pod(self, uid: str) -> None:
         sandbox = self.sandboxes.pop(uid, None)

@@ -3,7 +3,8 @@
 A simulated kubelet that starts a pod adds a READY sandbox and one RUNNING container per
 container name; a crash or OOM loop adds exited attempts (exit code 1, reason Error; or 137,
 OOMKilled), keeping the latest two attempts of each container, as kubelet's garbage collection
-does; a pod that stops is removed. :meth:`SimRuntime.snapshot` is a
+does; a pod being deleted is stopped (sandbox NOTREADY, containers EXITED), and removed once
+its deletion is confirmed. :meth:`SimRuntime.snapshot` is a
 :class:`~exporter.model.runtime.RuntimeSnapshot`, the same type the agent reads from containerd,
 so the agent's own code (phases, terminations, loops, drift) turns it into metrics.
 
@@ -155,6 +156,22 @@ class SimRuntime:
         mine = sorted((c for c in kept if c.name == name), key=lambda c: c.attempt)
         self._containers[uid] = [*others, *mine[-KEEP_ATTEMPTS:]]
         return running
+
+    def stop(self, uid: str, now: float) -> None:
+        """Stop the pod, as kubelet does before it confirms a deletion: the sandbox NOTREADY,
+        every running container EXITED (exit code 0, ``Completed``); idempotent."""
+        sandbox = self._sandboxes.get(uid)
+        if sandbox is None or sandbox.state is SandboxState.NOTREADY:
+            return
+        self._sandboxes[uid] = replace(sandbox, state=SandboxState.NOTREADY)
+        self._containers[uid] = [
+            replace(
+                c, state=ContainerState.EXITED, finished_at=now, exit_code=0, reason="Completed"
+            )
+            if c.state is ContainerState.RUNNING
+            else c
+            for c in self._containers[uid]
+        ]
 
     def remove(self, uid: str) -> None:
         """Stop and remove the pod's sandbox and containers (idempotent)."""

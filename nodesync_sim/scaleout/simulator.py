@@ -8,11 +8,14 @@
     await simulator.stop()
 
 Old nodes exist before the scenario starts; their Node objects should be ``age_seconds`` old,
-which only an API server whose clock the caller controls can do: ``backdate(seconds)`` is a
-context manager during which the server's clock reads that much earlier (the in-process test API
-server with a shiftable clock, see nodesync_sim.chain). Without it, a scenario with old nodes of
-a non-zero age is refused (:class:`SimulatorError`): nodes created now would be new nodes to the
-rules and the hook, and the rehearsal would be wrong.
+which no real API server allows: only the in-process test API server can give one object its
+creation time. ``backdate(resource, namespace, name, seconds)`` (its store's
+:meth:`~nodesync_sim.apiserver.store.Store.creation_time`) is a context manager during which
+that one object, when created, gets that creationTimestamp. The old node's own objects (its
+Node, Lease and DaemonSet pods) get their age that way while it registers; everything else,
+whoever creates it meanwhile, is created now. Without ``backdate``, a scenario with old nodes
+of a non-zero age is refused (:class:`SimulatorError`): nodes created now would be new nodes to
+the rules and the hook, and the rehearsal would be wrong.
 
 The real node (if the scenario has one) gets a kubelet like the others, whose pods run in
 ``real_runtime`` (a real containerd, given by the caller); it gets no simulated agent (a real
@@ -50,7 +53,9 @@ from nodesync_sim.scaleout.timeline import ScenarioClock, Timeline
 
 log = logging.getLogger(__name__)
 
-Backdate = Callable[[float], AbstractContextManager[None]]
+Backdate = Callable[[str, str, str, float], AbstractContextManager[None]]
+"""``backdate(resource, namespace, name, seconds)``: while open, that object is created with
+creationTimestamp ``seconds``."""
 
 _REGISTER_RETRY = 1.0
 
@@ -145,9 +150,9 @@ class Simulator:
         if self._backdate is None and any(plan.age_seconds > 0 for plan in old):
             raise SimulatorError(
                 "the scenario's old nodes must have been created "
-                f"{old[0].age_seconds:g} s ago, which needs an API server whose clock the "
-                "simulator can set (the in-process test API server); set old_nodes.age_seconds "
-                "to 0 to create them now"
+                f"{old[0].age_seconds:g} s ago, which needs an API server that lets the "
+                "simulator give objects their creation times (the in-process test API server); "
+                "set old_nodes.age_seconds to 0 to create them now"
             )
         for informer in (self.pods, self.nodes, self.leases):
             self._spawn(informer.run(), f"informer {informer.name}")
@@ -183,8 +188,7 @@ class Simulator:
         while True:
             try:
                 if plan.age_seconds > 0 and self._backdate is not None:
-                    with self._backdate(plan.age_seconds):
-                        await kubelet.register(created_ago=plan.age_seconds)
+                    await self._register_old(kubelet, plan.age_seconds, self._backdate)
                 else:
                     await kubelet.register()
                 break
@@ -204,6 +208,17 @@ class Simulator:
                 )
             )
         self._spawn(kubelet.run(), f"sim kubelet {plan.name}")
+
+    async def _register_old(
+        self, kubelet: SimulatedKubelet, age: float, backdate: Backdate
+    ) -> None:
+        """Register a node created ``age`` seconds ago: its own objects get that creation
+        time, one by one (nothing else the server creates meanwhile does)."""
+        created_at = self.clock.now() - age
+        with contextlib.ExitStack() as stack:
+            for resource, namespace, name in kubelet.registration_objects():
+                stack.enter_context(backdate(resource, namespace, name, created_at))
+            await kubelet.register(created_ago=age)
 
     async def serve_metrics(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve the simulated agents' metrics; the port."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,8 @@ class SimClock:
 
     now: float = T0
 
-    def __call__(self) -> datetime:
-        return datetime.fromtimestamp(self.now, UTC)
+    def __call__(self) -> float:
+        return self.now
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +60,8 @@ class Clock:
     def now(self) -> float:
         return time.time() + self.offset
 
-    def __call__(self) -> datetime:
-        return datetime.fromtimestamp(self.now(), UTC)
+    def __call__(self) -> float:
+        return self.now()
 
 
 # ---------------------------------------------------------------- objects

@@ -33,7 +33,6 @@ import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -85,8 +84,8 @@ class OffsetClock:
 
     offset: float = 0.0
 
-    def __call__(self) -> datetime:
-        return datetime.now(UTC) - timedelta(seconds=self.offset)
+    def __call__(self) -> float:
+        return time.time() - self.offset
 
 
 def _node(name: str, *, ready: str, since: float, labels: dict[str, str]) -> dict[str, Any]:

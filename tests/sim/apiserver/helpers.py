@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
+import urllib3
 from kubernetes import client
 
 from nodesync_sim.apiserver import ThreadedAPIServer
@@ -48,3 +50,20 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.01)
+
+
+def call(
+    server: ThreadedAPIServer,
+    method: str,
+    path: str,
+    body: Any = None,
+    content_type: str = "application/json",
+    *,
+    token: str | None = None,
+) -> tuple[int, Any]:
+    """(HTTP status, decoded JSON answer) of one request sent as given: the typed client
+    rewrites bodies (e.g. times without fractions lose them), this does not."""
+    headers = {"Authorization": f"Bearer {token or server.token}", "Content-Type": content_type}
+    data = None if body is None else json.dumps(body).encode()
+    resp = urllib3.request(method, server.url + path, body=data, headers=headers, timeout=10.0)
+    return resp.status, json.loads(resp.data) if resp.data else None

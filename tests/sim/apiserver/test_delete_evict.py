@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException, NotFoundException
 
-from nodesync_sim.apiserver import ThreadedAPIServer
-from tests.sim.apiserver.helpers import pod_body, running_ready_pod, wait_for
+from nodesync_sim.apiserver import Store, ThreadedAPIServer
+from tests.sim.apiserver.helpers import pod_body, running_ready_pod
 
 
 def test_unscheduled_pod_is_deleted_at_once(core: client.CoreV1Api) -> None:
@@ -32,13 +33,76 @@ def test_graceful_delete_then_grace_zero(core: client.CoreV1Api) -> None:
         core.read_namespaced_pod("p1", "default")
 
 
-def test_graceful_delete_finishes_when_the_grace_passes(
+@dataclass
+class ServerClock:
+    """The test API server's clock (Unix seconds); the test moves it."""
+
+    now: float = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_nothing_deletes_a_terminating_pod_by_itself() -> None:
+    """Past its deletionTimestamp a pod is still Terminating: only a grace-0 delete (its
+    kubelet's) removes it, as on a real server."""
+    clock = ServerClock()
+    with (
+        ThreadedAPIServer(store=Store(clock=clock)) as srv,
+        client.ApiClient(srv.configuration()) as api,
+    ):
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod("default", pod_body("p1", "n1"))
+        core.delete_namespaced_pod("p1", "default", grace_period_seconds=300)
+        clock.now += 1000
+        # Shortened to a deadline that passed long ago.
+        shortened = core.delete_namespaced_pod("p1", "default", grace_period_seconds=1)
+        assert shortened.metadata.deletion_grace_period_seconds == 1
+        deadline = shortened.metadata.deletion_timestamp.timestamp()
+        assert deadline < clock.now
+        # Requests served after it (a timer due now would have run first) find it Terminating.
+        for _ in range(3):
+            still = core.read_namespaced_pod("p1", "default")
+            assert still.metadata.deletion_timestamp is not None
+        assert srv.store.get("pods", "p1", namespace="default")["metadata"]["uid"]
+
+
+def test_a_grace_zero_delete_with_the_uid_confirms_a_terminating_pod(
     core: client.CoreV1Api, server: ThreadedAPIServer
 ) -> None:
-    core.create_namespaced_pod("default", pod_body("p1", "n1"))
-    core.delete_namespaced_pod("p1", "default", grace_period_seconds=1)
+    created = core.create_namespaced_pod("default", pod_body("p1", "n1"))
+    core.delete_namespaced_pod("p1", "default")  # the pod's 30 s grace period
+    other_uid = client.V1DeleteOptions(
+        grace_period_seconds=0, preconditions=client.V1Preconditions(uid="not-this-pod")
+    )
+    with pytest.raises(ApiException) as info:
+        core.delete_namespaced_pod("p1", "default", body=other_uid)
+    assert info.value.status == 409
     assert server.store.try_get("pods", "p1", namespace="default") is not None
-    wait_for(lambda: server.store.try_get("pods", "p1", namespace="default") is None, 10)
+    again = core.delete_namespaced_pod("p1", "default")  # a plain delete does not end the wait
+    assert again.metadata.deletion_timestamp is not None
+    confirm = client.V1DeleteOptions(
+        grace_period_seconds=0, preconditions=client.V1Preconditions(uid=created.metadata.uid)
+    )
+    core.delete_namespaced_pod("p1", "default", body=confirm)
+    assert server.store.try_get("pods", "p1", namespace="default") is None
+
+
+def test_finished_pods_are_deleted_at_once(
+    core: client.CoreV1Api, server: ThreadedAPIServer
+) -> None:
+    for phase in ("Succeeded", "Failed"):
+        name = phase.lower()
+        server.store.create(
+            "pods",
+            {
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+                "status": {"phase": phase},
+            },
+        )
+        core.delete_namespaced_pod(name, "default")
+        assert server.store.try_get("pods", name, namespace="default") is None
 
 
 def test_grace_can_shorten_but_not_extend(core: client.CoreV1Api) -> None:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from exporter.kube.api import KubeAPI
-from nodesync_sim.apiserver import APIServer, Store
-from nodesync_sim.scaleout.audit import ShiftableClock, WriteAudit
+from nodesync_sim.apiserver import APIServer
+from nodesync_sim.scaleout.audit import WriteAudit
 from nodesync_sim.scaleout.scenario import parse
 from nodesync_sim.scaleout.simulator import Simulator
 
@@ -55,12 +55,19 @@ class Env:
 
 
 @asynccontextmanager
-async def simulating(document: dict[str, Any], *, waves: bool = True) -> AsyncIterator[Env]:
-    clock = ShiftableClock()
+async def simulating(
+    document: dict[str, Any],
+    *,
+    waves: bool = True,
+    prepare: Callable[[APIServer, WriteAudit], None] | None = None,
+) -> AsyncIterator[Env]:
+    """The simulator of ``document`` on a new server; ``prepare`` sees the server first."""
     audit = WriteAudit()
-    async with APIServer(store=Store(clock=clock), authorizer=audit) as server:
+    async with APIServer(authorizer=audit) as server:
+        if prepare is not None:
+            prepare(server, audit)
         api = KubeAPI(server.aio_configuration())
-        sim = Simulator(parse(document), api, backdate=clock.backdated)
+        sim = Simulator(parse(document), api, backdate=server.store.creation_time)
         try:
             await sim.start()
             if waves:

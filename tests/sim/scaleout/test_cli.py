@@ -108,7 +108,7 @@ async def test_what_it_cannot_run_exits_2(tmp_path: Path, caplog: pytest.LogCapt
     assert await sim_wave.run(_args("--scenario", str(real), *listen)) == 2
     assert "needs a real runtime" in caplog.text
 
-    # Against a running API server the clock cannot be set back for old nodes.
+    # Against a running API server old nodes cannot be given their creation times.
     old = tmp_path / "old.json"
     old.write_text(json.dumps(SCENARIO))
     async with APIServer() as server:

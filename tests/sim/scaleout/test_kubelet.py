@@ -14,7 +14,9 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.writer import KubeWriter
 from exporter.model.kube import LEASE_NAMESPACE
 from nodesync_sim.apiserver import APIServer
+from nodesync_sim.apiserver.objects import Change
 from nodesync_sim.scaleout import timeline
+from nodesync_sim.scaleout.audit import WriteAudit
 from nodesync_sim.scaleout.scenario import parse
 from nodesync_sim.scaleout.simulator import Simulator, SimulatorError
 from tests.sim.scaleout.support import FAST, Env, doc, eventually, simulating
@@ -34,6 +36,11 @@ def _status(env: Env, pod: str) -> dict[str, object]:
     status = found["status"]
     assert isinstance(status, dict)
     return status
+
+
+def _running(env: Env, pod: str) -> bool:
+    found = env.pod(pod)
+    return found is not None and found["status"].get("phase") == "Running"
 
 
 def _container(env: Env, pod: str) -> dict[str, Any]:
@@ -91,20 +98,59 @@ async def test_a_node_registers_renews_its_lease_and_runs_its_pods() -> None:
         assert timeline.READY in whats
 
 
+def _age(obj: dict[str, Any] | None) -> float:
+    assert obj is not None
+    return time.time() - _seconds(obj["metadata"]["creationTimestamp"])
+
+
 async def test_old_nodes_were_created_long_ago_and_are_ready() -> None:
-    async with simulating(doc(old_nodes={"count": 2, "age_seconds": 3600}), waves=False) as env:
+    old = {"count": 2, "age_seconds": 3600, "pods_per_node": 1, "daemonset_pods_per_node": 1}
+    async with simulating(doc(old_nodes=old), waves=False) as env:
         for name in ("old-000", "old-001"):
-            created = _seconds(env.node(name)["metadata"]["creationTimestamp"])
-            assert abs(time.time() - 3600 - created) < 5
+            assert abs(_age(env.node(name)) - 3600) < 5
             ready = env.ready(name)
             assert ready["status"] == "True"
             assert time.time() - _seconds(ready["lastTransitionTime"]) > 3590
-        # Only old nodes needed the clock set back: what came later is created now.
-        lease = env.server.store.get("leases", "old-000", namespace=LEASE_NAMESPACE)
-        assert abs(time.time() - _seconds(lease["metadata"]["creationTimestamp"])) > 3590
+            # The node's own objects, created when it registered, are as old as the node.
+            lease = env.server.store.get("leases", name, namespace=LEASE_NAMESPACE)
+            assert abs(_age(lease) - 3600) < 5
+            assert abs(_age(env.pod(f"daemon-0-{name}")) - 3600) < 5
+            # What the node got later (the ReplicaSet pod, once it reported Ready) is new.
+            app = await eventually(lambda n=name: env.pod(f"app-{n}-0"), "the app pod")  # type: ignore[misc]
+            assert _age(app) < 60
 
 
-async def test_old_nodes_need_a_server_whose_clock_can_be_set() -> None:
+async def test_what_others_create_while_an_old_node_registers_is_created_now() -> None:
+    added: list[tuple[str, str]] = []
+    node_creates = 0
+
+    def prepare(server: APIServer, audit: WriteAudit) -> None:
+        def hold_the_second_node(
+            user: str, verb: str, resource: str, subresource: str, namespace: str, name: str
+        ) -> bool:
+            nonlocal node_creates
+            if (verb, resource) == ("create", "nodes"):
+                node_creates += 1
+                if node_creates == 2:  # old-001's Node is slow: old-000 goes on meanwhile
+                    server.faults.add_latency(3.0, path_prefix="/api/v1/nodes", verb="create")
+            return audit(user, verb, resource, subresource, namespace, name)
+
+        def record(change: Change) -> None:
+            if change.type == "ADDED":
+                added.append((change.rt.plural, change.obj.name))
+
+        server.settings.authorizer = hold_the_second_node
+        server.store.add_listener(record)
+
+    old = {"count": 2, "age_seconds": 3600, "pods_per_node": 1}
+    async with simulating(doc(old_nodes=old), waves=False, prepare=prepare) as env:
+        # old-000, Ready, got its app pod bound while old-001 was registering.
+        assert added.index(("pods", "app-old-000-0")) < added.index(("nodes", "old-001"))
+        assert _age(env.pod("app-old-000-0")) < 60
+        assert abs(_age(env.node("old-001")) - 3600) < 5
+
+
+async def test_old_nodes_need_a_server_that_can_give_them_their_creation_times() -> None:
     async with APIServer() as server:
         api = KubeAPI(server.aio_configuration())
         try:
@@ -252,3 +298,65 @@ async def test_an_eviction_is_confirmed_by_the_kubelet_and_a_cordon_changes_noth
         assert _status(env, "app-w-001-0")["phase"] == "Running"
         assert len(env.sim.runtimes["w-001"].pod_uids()) == 2
         assert len(env.sim.timeline.of("w-001")) == posts
+
+
+async def test_a_deleted_pod_is_stopped_in_the_runtime_before_the_kubelet_confirms() -> None:
+    async with simulating(doc(waves=[_wave()])) as env:
+        await eventually(lambda: _running(env, "app-w-000-0"), "running")
+        pod = env.pod("app-w-000-0")
+        assert pod is not None
+        uid = pod["metadata"]["uid"]
+        runtime = env.sim.runtimes["w-000"]
+        seen: list[tuple[str, list[str]]] = []  # (sandbox state, container states) at the DELETE
+
+        def probe(
+            user: str, verb: str, resource: str, subresource: str, namespace: str, name: str
+        ) -> bool:
+            if (verb, resource, name) == ("delete", "pods", "app-w-000-0"):
+                snap = runtime.snapshot(time.time())
+                sandboxes = [s.state.value for s in snap.sandboxes if s.uid == uid]
+                containers = [c.state.value for c in snap.containers if c.pod_uid == uid]
+                seen.append((",".join(sandboxes), containers))
+            return env.audit(user, verb, resource, subresource, namespace, name)
+
+        env.server.settings.authorizer = probe
+        env.server.store.delete("pods", "app-w-000-0", namespace="default")
+        assert env.pod("app-w-000-0") is not None  # Terminating until the kubelet confirms
+        await eventually(lambda: env.pod("app-w-000-0") is None, "the kubelet to confirm")
+        assert seen == [("notready", ["exited"])]
+        assert not runtime.has(uid)  # and what was left of it is gone after the confirmation
+
+
+async def test_the_pods_of_a_silent_node_stay_terminating_until_it_comes_back() -> None:
+    silent = {"kind": "lease_stops", "nodes": ["w-000"], "at_seconds": 2, "for_seconds": 6}
+    async with simulating(doc(waves=[_wave(2, faults=[silent])])) as env:
+        for pod in ("app-w-000-0", "app-w-001-0"):
+            await eventually(lambda p=pod: _running(env, p), "running")  # type: ignore[misc]
+        await eventually(
+            lambda: env.sim.timeline.first("w-000", timeline.LEASE_STOPPED), "the silence"
+        )
+        uid = env.server.store.get("pods", "app-w-000-0", namespace="default")["metadata"]["uid"]
+        pending = env.server.store.delete(
+            "pods", "app-w-000-0", namespace="default", grace_period_seconds=1
+        )
+        deadline = _seconds(pending["metadata"]["deletionTimestamp"])
+        env.server.store.delete("pods", "app-w-001-0", namespace="default", grace_period_seconds=1)
+        await eventually(lambda: env.pod("app-w-001-0") is None, "the live kubelet to confirm")
+
+        def renewed_after_deadline() -> bool:
+            lease = env.server.store.get("leases", "w-001", namespace=LEASE_NAMESPACE)
+            return _seconds(lease["spec"]["renewTime"]) > deadline
+
+        # The live node's Lease is renewed after the deadline: the server served that request
+        # after any timer due at the deadline would have run.
+        await eventually(renewed_after_deadline, "a renewal after the deadline")
+        assert env.sim.timeline.first("w-000", timeline.LEASE_RESUMED) is None, "too slow"
+        terminating = env.pod("app-w-000-0")
+        assert terminating is not None
+        assert (
+            terminating["metadata"]["deletionTimestamp"] == pending["metadata"]["deletionTimestamp"]
+        )
+        assert env.sim.runtimes["w-000"].has(uid)  # nobody stopped it
+        await eventually(lambda: env.pod("app-w-000-0") is None, "the confirmation once back", 15)
+        assert env.sim.timeline.first("w-000", timeline.LEASE_RESUMED) is not None
+        assert not env.sim.runtimes["w-000"].has(uid)
