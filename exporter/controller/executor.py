@@ -32,11 +32,13 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
 from aiohttp import web
 
+from exporter.controller import steps
 from exporter.controller.app import CLUSTER, KUBE_API, LEADING, REGISTRY
 from exporter.controller.audit import Audit, ObjectRef
 from exporter.controller.intake import Intake
@@ -87,6 +89,10 @@ from exporter.settings.declare import log_fields
 log = logging.getLogger(__name__)
 
 REFUSAL_REASONS = tuple(dict.fromkeys((*planner.REASONS, *guards.REASONS)))
+#: Why a NodeRollback waits, failed or was cancelled, as the metrics say it: the steps' reasons
+#: and the guards' that stop a rollback; anything else (a status written by hand) is ``other``.
+ROLLBACK_REASONS = (*steps.REASONS, guards.CONTROL_PLANE, guards.PROTECTED, guards.OTHER_REMEDIATOR)
+OTHER_REASON = "other"
 
 #: How often the executor checks, while idle, that it still leads.
 LEADER_CHECK_INTERVAL = 0.5
@@ -98,6 +104,15 @@ DRAIN_TIMEOUT = 5.0
 #: How often finished NodeRollbacks are looked at for deletion, at most (more often with a
 #: shorter ``--rollback-retention``).
 RETENTION_INTERVAL = 60.0
+
+
+def _bounded(reasons: Mapping[tuple[Phase, str], int]) -> dict[tuple[str, str], int]:
+    """The reasons as label values: known ones, every other one counted as ``other``."""
+    bounded: Counter[tuple[str, str]] = Counter()
+    known = frozenset(ROLLBACK_REASONS)
+    for (phase, reason), n in reasons.items():
+        bounded[(phase.value, reason if reason in known else OTHER_REASON)] += n
+    return dict(bounded)
 
 
 class ClusterSource(Protocol):
@@ -211,7 +226,7 @@ class Executor:
             absolute, wave = left.absolute_remaining, left.wave_remaining
         return ExecutorStatus(
             phases=({p.value: n for p, n in self.rollbacks.phases().items()} if synced else None),
-            reasons={(p.value, r): n for (p, r), n in self.rollbacks.reasons().items()},
+            reasons=_bounded(self.rollbacks.reasons()),
             leader=self._leading,
             paused=paused,
             budget_absolute=absolute,
@@ -487,6 +502,9 @@ class Executor:
         """Record the outcome: the Event first (named after the rollback's uid, so a second
         record is refused), then the status; a recovered node is given back before."""
         kind = rollback.status.steps[index].kind
+        if target is None and result.pod is not None:
+            pod = result.pod
+            target = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
         await self._audit.step(rollback, index, result.state, result.message, target)
         if result.stop is Phase.CANCELLED and result.reason == RECOVERED:
             undone = await self._steps.undo(rollback)

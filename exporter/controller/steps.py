@@ -55,6 +55,7 @@ from exporter.model.rollback import (
     Action,
     NodeRollback,
     Phase,
+    PodTarget,
     StepKind,
     StepState,
     StepStatus,
@@ -367,9 +368,10 @@ class StepRunner:
             raise StepError(exc, ref) from exc  # the Event goes on the pod, with its uid
         if result.outcome == "blocked":
             return self._eviction_wait(rollback, index, [f"{pod.namespace}/{pod.name}"], 1)
+        about = PodTarget(pod.namespace, pod.name, pod.uid)
         if result.outcome == "skipped":
-            return StepResult(StepState.SKIPPED, result.detail)
-        return StepResult(StepState.DONE, result.detail)
+            return StepResult(StepState.SKIPPED, result.detail, pod=about)
+        return StepResult(StepState.DONE, result.detail, pod=about)
 
     def _cannot_clean(self, rollback: NodeRollback, reason: str, message: str) -> StepResult:
         """A cleanup that cannot run: a node rollback goes on without it; a cleanup of

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from exporter.model.rollback import (
     FINISHED_STEP_STATES,
     Phase,
+    PodTarget,
     RollbackSpec,
     RollbackStatus,
     StepKind,
@@ -37,7 +38,8 @@ BEFORE_PRESENT = "present"
 @dataclass(frozen=True, slots=True)
 class StepResult:
     """How a step ended. ``stop`` ends the rollback in that phase (the later steps are skipped).
-    ``made_change``: the step itself changed the node (cordoned, tainted it)."""
+    ``made_change``: the step itself changed the node (cordoned, tainted it). ``pod``: the pod
+    the step was about, when not the node (its Event goes there)."""
 
     state: StepState
     message: str
@@ -45,6 +47,7 @@ class StepResult:
     made_change: bool = False
     stop: Phase | None = None
     action_required: str = ""
+    pod: PodTarget | None = None
 
     def __post_init__(self) -> None:
         if self.state not in FINISHED_STEP_STATES:

@@ -51,19 +51,6 @@ STARTED = float(int(time.time()) - 60)
 LEASES = "kube-node-lease"
 
 
-@dataclass
-class Clock:
-    """The test API server's clock (creation timestamps): real time unless a test moves it."""
-
-    offset: float = 0.0
-
-    def now(self) -> float:
-        return time.time() + self.offset
-
-    def __call__(self) -> float:
-        return self.now()
-
-
 # ---------------------------------------------------------------- objects
 
 
@@ -225,7 +212,6 @@ FAST = changed(
 @dataclass
 class Bench:
     server: APIServer
-    clock: Clock
     api: KubeAPI
     cluster: ClusterWatch
     watch: RollbackWatch
@@ -255,14 +241,11 @@ class Bench:
         ``lease_age`` seconds ago (None: no Lease)."""
         now = time.time()
         since = now - changed_ago if changed_ago is not None else now - age + 30
-        self.clock.offset = -age
-        try:
+        with self.store.creation_time("nodes", "", name, now - age):
             self.store.create(
                 "nodes",
                 node_object(name, ready=ready, since=since, labels=labels, taints=taints),
             )
-        finally:
-            self.clock.offset = 0.0
         if lease_age is not None:
             self.store.create("leases", lease_object(name, now - lease_age), namespace=LEASES)
 
@@ -391,8 +374,7 @@ async def running(executor: Executor) -> AsyncIterator[asyncio.Task[None]]:
 
 @asynccontextmanager
 async def bench(tmp_path: Path) -> AsyncIterator[Bench]:
-    clock = Clock()
-    async with APIServer(store=Store(clock=clock), bookmark_interval=0.2) as server:
+    async with APIServer(bookmark_interval=0.2) as server:
         api = KubeAPI(server.aio_configuration())
         cluster = ClusterWatch(api, wave_label=None, wave_gap=120.0)
         watch = RollbackWatch(api)
@@ -403,7 +385,7 @@ async def bench(tmp_path: Path) -> AsyncIterator[Bench]:
         cluster.start()
         try:
             await watch.wait_synced()
-            yield Bench(server, clock, api, cluster, watch, journal, journal_path, agent)
+            yield Bench(server, api, cluster, watch, journal, journal_path, agent)
         finally:
             for task in tasks:
                 task.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -720,8 +721,9 @@ async def test_a_finished_rollback_is_not_driven_again(b: Bench) -> None:
     [rollback] = await decided(b, executor, alert("new-1"))
     failed = StepResult(StepState.FAILED, "API error", reason="api_error", stop=Phase.FAILED)
     writes = RollbackWrites(b.api)
+    now = time.time()  # finished just now: well within the retention
     await writes.change_status(
-        rollback.name, lambda r: finish_step(start_step(r.status, 0, 1.0), 0, failed, 2.0)
+        rollback.name, lambda r: finish_step(start_step(r.status, 0, now), 0, failed, now)
     )
     b.server.counters.reset()
     await b.settled(executor)

@@ -7,8 +7,7 @@ import re
 
 import pytest
 
-from exporter.controller.executor import REFUSAL_REASONS
-from exporter.controller.steps import REASONS as ROLLBACK_REASONS
+from exporter.controller.executor import OTHER_REASON, REFUSAL_REASONS, ROLLBACK_REASONS
 from exporter.metrics.rollback import ACTIONS, PHASES, RESULTS, ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
 from exporter.model.rollback import Phase, StepKind, StepState
@@ -132,7 +131,7 @@ def test_the_section_lists_every_label_value() -> None:
     values = re.findall(r"`([A-Za-z_]+)`", rows["nodesync_rollbacks"])
     assert values == ["phase", *PHASES]
     values = re.findall(r"`([A-Za-z_]+)`", rows["nodesync_rollbacks_by_reason"])
-    assert values == ["phase", "reason", *ROLLBACK_REASONS]
+    assert values == ["phase", "reason", *ROLLBACK_REASONS, OTHER_REASON]
 
 
 @pytest.mark.prometheus

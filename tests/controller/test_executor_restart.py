@@ -156,13 +156,16 @@ async def test_sigkill_mid_rollback_another_controller_finishes_it(
     with executor_process(kubeconfig, first_journal, log) as first:
 
         async def cleaning() -> bool:
+            """Both cleanups asked for and their waits recorded."""
             assert first.poll() is None, log.read_text()
-            return all(
+            asked = all(
                 CLEANUP_REQUEST_ANNOTATION in (b.node(n)["metadata"].get("annotations") or {})
                 for n in ("new-1", "new-2")
             )
+            waiting = [r for r in b.rollbacks() if r.status.phase is Phase.WAITING]
+            return asked and len(waiting) == 2
 
-        await until(cleaning, "the first controller to ask for both cleanups", 30)
+        await until(cleaning, "the first controller to wait for both cleanups", 30)
         os.kill(first.pid, signal.SIGKILL)
         assert first.wait(timeout=10) == -signal.SIGKILL
     for rollback in b.rollbacks():

@@ -21,7 +21,17 @@ def test_defaults() -> None:
     assert settings.policy == GuardPolicy()
     assert (settings.dry_run, settings.policy.delete_nodes, settings.leader_elect) == (False,) * 3
     assert (settings.api_qps, settings.api_burst) == (5.0, 10)
-    assert (settings.eviction_timeout, settings.cleanup_timeout) == (120.0, 300.0)
+    assert (settings.eviction_timeout, settings.cleanup_ack_timeout, settings.cleanup_timeout) == (
+        1800.0,
+        60.0,
+        300.0,
+    )
+    assert settings.rollback_retention == 7 * 86_400.0
+    assert (
+        settings.leader_elect_lease_duration,
+        settings.leader_elect_renew_deadline,
+        settings.leader_elect_retry_period,
+    ) == (15.0, 10.0, 2.0)
     assert settings.leader_identity  # hostname and pid when not set
 
 

@@ -15,19 +15,16 @@ from exporter.commandline import parse_settings
 from exporter.controller.plan_command import run
 from exporter.controller.settings import PlanSettings
 from nodesync_sim.apiserver import APIServer, write_kubeconfig
-from nodesync_sim.apiserver.store import Store
 from tests.controller.alert_builders import alert, body
-from tests.controller.executor_harness import STARTED, Clock, lease_object, node_object
+from tests.controller.executor_harness import STARTED, lease_object, node_object
 
 DAY = 86_400.0
 
 
-CLOCK = Clock()
-
 
 @pytest.fixture
 async def server() -> AsyncIterator[APIServer]:
-    async with APIServer(store=Store(clock=CLOCK)) as srv:
+    async with APIServer() as srv:
         yield srv
 
 
@@ -35,10 +32,8 @@ def add_node(server: APIServer, name: str, *, age: float = 120, ready: str = "Fa
     """Created ``age`` seconds ago (by the server's clock), NotReady for the last minute unless
     ``ready``, its Lease renewed 3 s ago."""
     now = time.time()
-    clock = CLOCK
-    clock.offset = -age
-    server.store.create("nodes", node_object(name, ready=ready, since=now - min(age, 60)))
-    clock.offset = 0.0
+    with server.store.creation_time("nodes", "", name, now - age):
+        server.store.create("nodes", node_object(name, ready=ready, since=now - min(age, 60)))
     server.store.create("leases", lease_object(name, now - 3), namespace="kube-node-lease")
 
 
@@ -63,7 +58,10 @@ async def test_thirty_alerts_in_text(
     args = parse(["--payload", str(payload), "--kubeconfig", str(kubeconfig)])
     assert await run(args) == 0
     out = capsys.readouterr().out
-    assert out.startswith("30 alerts: 10 planned, 20 refused, 0 would wait. Nothing was changed.")
+    assert out.startswith(
+        "30 alerts: 10 planned, 0 would join a rollback, 0 would escalate one, 20 refused, "
+        "0 would wait. Nothing was changed."
+    )
     assert out.count("rollback_node (wave ") == 10
     assert out.count("refused: blast_radius_fraction") == 20
     assert "  1. cordon new-000\n  2. taint new-000\n  3. drain new-000\n" in out
@@ -73,7 +71,8 @@ async def test_thirty_alerts_in_text(
     assert "API writes: up to 80 for these steps and their Events" in out  # 10 x (3 + 5)
     assert "Correlated failure: 0 of 0 established nodes failing: not paused" in out
     assert server.counters.writes() == 0
-    assert server.counters.count(verb="list") == 2
+    # Nodes, their Leases and the NodeRollbacks (the budget they use), once each.
+    assert server.counters.count(verb="list") == 3
 
 
 async def test_json_from_stdin(

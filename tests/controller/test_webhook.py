@@ -90,7 +90,7 @@ async def test_a_resend_an_ha_duplicate_and_a_retry_record_the_alert_once(hook: 
     assert not hook.app[ALERTS_RECORDED].is_set()  # duplicates wake nobody
     counts = await journal(hook).counts()
     assert (counts.alerts["firing"], counts.deliveries) == (1, 3)
-    assert len(await journal(hook).alerts_to_plan()) == 1
+    assert len(await journal(hook).alerts_to_decide()) == 1
     assert await metric(hook, "nodesync_alerts_received_total", status="firing") == 1.0
     assert await metric(hook, "nodesync_alert_duplicates_total") == 2.0
 
@@ -347,7 +347,7 @@ async def test_the_executor_can_wait_for_new_alerts(hook: Client) -> None:
     assert not waiter.done()
     assert (await post(hook, body())).status == 200
     await asyncio.wait_for(waiter, timeout=5)
-    assert await journal(hook).alerts_to_plan() != []
+    assert await journal(hook).alerts_to_decide() != []
 
 
 async def test_recorded_counts_match_the_journal(hook: Client) -> None:
