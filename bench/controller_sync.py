@@ -20,7 +20,7 @@ No root needed:
     .venv/bin/python -m bench.controller_sync [--nodes 1000] [--seconds 30] [--rate 100]
 
 The helpers here (starting the test API server, pacing, summaries) are shared with
-bench.agent_apiview.
+bench.agent_node_objects.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Benchmark: an agent syncing its node's view of the API server at 110 pods.
+"""Benchmark: an agent's watches of its own Node, Lease and pods (``NodeObjects``) at 110 pods.
 
 The test API server (``nodesync sim apiserver``, a child process on loopback) holds one Node, its
 Lease, the pods bound to that node and many more pods bound to other nodes, so the agent's field
@@ -17,7 +17,7 @@ selector (spec.nodeName) has real work to do. Measured:
 Run as root (containerd needs it) on a machine with containerd, runc and busybox-static
 (scripts/setup installs them):
 
-    .venv/bin/python -m bench.agent_apiview [--pods 110] [--other-pods 2000] [--rounds 10]
+    .venv/bin/python -m bench.agent_node_objects [--pods 110] [--other-pods 2000] [--rounds 10]
         [--sync-period 10]
 """
 
