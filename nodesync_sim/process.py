@@ -2,8 +2,9 @@
 same way everywhere.
 
 A :class:`ChildProcess` runs in a session of its own (a Ctrl-C meant for the caller does not
-reach it first), writes stdout and stderr to a log file, and is stopped by its PID: SIGTERM,
-then SIGKILL after a deadline. Stopping is safe to repeat. Errors carry the log's tail. Its
+reach it first; ``new_session=False`` keeps it in the caller's, as the benchmarks do), writes
+stdout and stderr to a log file, and is stopped by its PID: SIGTERM, then SIGKILL after a
+deadline. Stopping is safe to repeat. Errors carry the log's tail. Its
 stdin is /dev/null, or a pipe the caller writes to (``stdin_pipe=True``: a child fed line by
 line, such as the storm benchmark's Alertmanager).
 """
@@ -67,6 +68,7 @@ class ChildProcess:
         env: Mapping[str, str] | None = None,
         name: str = "",
         stdin_pipe: bool = False,
+        new_session: bool = True,
     ) -> None:
         self.argv = list(argv)
         self.log_path = log_path
@@ -74,6 +76,7 @@ class ChildProcess:
         self._cwd = cwd
         self._env = dict(env) if env is not None else None
         self._stdin_pipe = stdin_pipe
+        self._new_session = new_session
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -118,7 +121,7 @@ class ChildProcess:
                     stdin=subprocess.PIPE if self._stdin_pipe else subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
-                    start_new_session=True,
+                    start_new_session=self._new_session,
                 )
             except OSError as exc:
                 raise ChildProcessFailed(f"cannot start {self.name}: {exc}") from exc

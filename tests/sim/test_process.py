@@ -1,8 +1,9 @@
-"""ChildProcess: a child fed through a stdin pipe, waiting for it to exit by itself, and stopping
-it by its PID (SIGTERM, then SIGKILL) with its pipe closed."""
+"""ChildProcess: a child fed through a stdin pipe, waiting for it to exit by itself, stopping it
+by its PID (SIGTERM, then SIGKILL) with its pipe closed, and the session it runs in."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -81,3 +82,17 @@ def test_waiting_for_a_child_that_exits_reports_its_log(tmp_path: Path) -> None:
     with pytest.raises(ChildProcessFailed, match=r"exited \(code 2\)[\s\S]*bye"):
         child.wait_until(lambda: False, timeout=10)
     child.stop()
+
+
+@pytest.mark.parametrize("new_session", [True, False])
+def test_a_child_runs_in_a_session_of_its_own_or_in_ours(tmp_path: Path, new_session: bool) -> None:
+    child = ChildProcess(
+        [sys.executable, "-c", STUBBORN], log_path=tmp_path / "s.log", new_session=new_session
+    )
+    child.start()
+    try:
+        assert child.pid is not None
+        assert (os.getsid(child.pid) == child.pid) is new_session
+        assert (os.getsid(child.pid) == os.getsid(0)) is not new_session
+    finally:
+        child.stop(timeout=0.2)
