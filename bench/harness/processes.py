@@ -6,6 +6,13 @@ A child runs this tree's code whatever the working directory or the installed pa
 started with the benchmark's own interpreter (``sys.executable -m ...``) and with the root of
 this tree first on ``PYTHONPATH``, so ``nodesync controller`` measures the code beside the
 benchmark, not another checkout an editable install points at.
+
+A child stays in the benchmark's session (``new_session=False``), as the benchmarks' children
+always did when their figures were taken. The session is the scheduler's autogroup on Linux:
+in a session of its own, a child gets its own share of the CPU, and on a machine with other
+work the figures move (an agent's scrape at 110 pods took 2.5 times as long in a session of
+its own, alternating with one in the benchmark's). A Ctrl-C reaches the children too; the
+benchmark stops them by their PID all the same.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ def python_child(
         env=child_env(env),
         name=name or module,
         stdin_pipe=stdin_pipe,
+        new_session=False,
     )
 
 

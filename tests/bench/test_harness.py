@@ -4,6 +4,7 @@ bucket's bound."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -48,6 +49,7 @@ async def test_waits_end_when_the_child_answers(tmp_path: Path) -> None:
         await wait_port(server, port, within=30)
         await wait_http(server, f"http://127.0.0.1:{port}/", within=30)
         assert server.pid is not None
+        assert os.getsid(server.pid) == os.getsid(0)  # the benchmark's session, its autogroup
         assert 0 < rss_bytes(server.pid) <= peak_rss_bytes(server.pid)
         assert cpu_seconds(server.pid) > 0
     assert not server.running  # stopped by its PID at the end
