@@ -7,6 +7,9 @@
   exporter.model's own format) a second later. It writes with PUT (verb ``update``), which the
   controller never uses, so the server's counters tell its writes from the controller's. The
   same watch records every change of every Node: cordons, taints, cleanup requests.
+- whose writes are whose: the API server counts every request it answers; the verbs and
+  resources in :data:`OWN_WRITES` are the benchmark's own (its kubelets, scheduler and
+  agents), every other write is the controller's.
 """
 
 from __future__ import annotations
