@@ -19,23 +19,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import socket
+import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 
 import grpc.aio
-import psutil
 from prometheus_client import CollectorRegistry
 
+from bench.harness.processes import start_nodesync
+from bench.harness.readiness import wait_until
+from bench.harness.report import machine
+from bench.harness.samplers import peak_rss_bytes, rss_bytes
+from bench.harness.stats import percentile
 from exporter.agent.sync import AgentSync
 from exporter.cri.client import CRIClient
 from exporter.cri.pb import api_pb2, api_pb2_grpc
@@ -44,13 +45,8 @@ from exporter.host.kubelet import KubeletProbe
 from exporter.host.probes import read_host
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from nodesync_sim.containerd import LocalContainerd
+from nodesync_sim.process import ChildProcess, free_port
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _create_pods(endpoint: str, count: int, parallel: int = 4) -> None:
@@ -76,11 +72,10 @@ async def _timed(fn: Callable[[], Awaitable[object]]) -> float:
 
 
 def _summary(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
     return {
-        "median_ms": statistics.median(ordered) * 1000,
-        "p90_ms": ordered[int(0.9 * (len(ordered) - 1))] * 1000,
-        "min_ms": ordered[0] * 1000,
+        "median_ms": statistics.median(samples) * 1000,
+        "p90_ms": percentile(samples, 0.9) * 1000,
+        "min_ms": min(samples) * 1000,
     }
 
 
@@ -89,18 +84,45 @@ def _scrape(port: int) -> bytes:
         return bytes(response.read())
 
 
-def _peak_rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return psutil.Process(pid).memory_info().rss
+async def _reports_pods(port: int, pods: int) -> bool:
+    """Whether the agent's /metrics shows ``pods`` pods Running (from the runtime)."""
+    try:
+        body = await asyncio.to_thread(_scrape, port)
+    except OSError:
+        return False
+    return b'nodesync_pods{phase="Running",source="runtime"} %d' % pods in body
+
+
+def _start_agent(
+    containerd: LocalContainerd, port: int, kubelet_root: Path, log: Path
+) -> ChildProcess:
+    """A real ``nodesync agent`` on the same containerd, without an API view."""
+    return start_nodesync(
+        "agent",
+        "--cri-endpoint",
+        containerd.endpoint,
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--sync-period",
+        "1s",
+        "--containerd-root",
+        str(containerd.root),
+        "--kubelet-root-dir",
+        str(kubelet_root),
+        "--log-level",
+        "warning",
+        log=log,
+    )
 
 
 async def run(pods: int, rounds: int) -> dict[str, object]:
+    where = machine()
+    workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-"))
+    kubelet_root = workdir / "kubelet"
+    kubelet_root.mkdir()
     containerd = LocalContainerd()
     await asyncio.to_thread(containerd.start)
-    agent: subprocess.Popen[bytes] | None = None
+    agent: ChildProcess | None = None
     try:
         await _create_pods(containerd.endpoint, pods)
         channel = grpc.aio.insecure_channel(containerd.endpoint)
@@ -118,12 +140,11 @@ async def run(pods: int, rounds: int) -> dict[str, object]:
 
         registry = CollectorRegistry()
         client = CRIClient(containerd.endpoint, timeout=5, observer=CRIRequestMetrics(registry))
-        kubelet_root = tempfile.mkdtemp(prefix="nodesync-bench-kubelet-")
-        kubelet = KubeletProbe(f"http://127.0.0.1:{_free_port()}/healthz", kubelet_root, 1.0)
+        kubelet = KubeletProbe(f"http://127.0.0.1:{free_port()}/healthz", str(kubelet_root), 1.0)
         sync = AgentSync(
             RuntimeReader(client),
             kubelet,
-            partial(read_host, str(containerd.root), kubelet_root),
+            partial(read_host, str(containerd.root), str(kubelet_root)),
             SyncMetrics(registry),
         )
         first = await sync.sync_once()
@@ -137,37 +158,15 @@ async def run(pods: int, rounds: int) -> dict[str, object]:
             bare_times.append(await _timed(bare))
             cycle_times.append(await _timed(sync.sync_once))
 
-        port = _free_port()
-        agent = subprocess.Popen(  # noqa: ASYNC220 - returns at once; a plain handle is wanted
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "agent",
-                "--cri-endpoint",
-                containerd.endpoint,
-                "--web.listen-address",
-                f"127.0.0.1:{port}",
-                "--sync-period",
-                "1s",
-                "--containerd-root",
-                str(containerd.root),
-                "--kubelet-root-dir",
-                kubelet_root,
-                "--log-level",
-                "warning",
-            ]
+        port = free_port()
+        agent = _start_agent(containerd, port, kubelet_root, workdir / "agent.log")
+        await wait_until(
+            agent,
+            partial(_reports_pods, port, pods),
+            within=30,
+            what=f"reporting {pods} pods",
+            interval=0.1,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if b'nodesync_pods{phase="Running",source="runtime"} %d' % pods in _scrape(port):
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("agent did not report the pods in time")
-            await asyncio.sleep(0.1)
         scrape_times: list[float] = []
         body = b""
         for _ in range(rounds * 3):
@@ -176,22 +175,17 @@ async def run(pods: int, rounds: int) -> dict[str, object]:
             scrape_times.append(time.perf_counter() - started)
         # Let the agent run a few more cycles so the peak covers steady state, not just start.
         await asyncio.sleep(3)
-        peak_rss = _peak_rss_bytes(agent.pid)
-        rss = psutil.Process(agent.pid).memory_info().rss
+        assert agent.pid is not None, "the agent exited"
+        peak_rss = peak_rss_bytes(agent.pid)
+        rss = rss_bytes(agent.pid)
 
         await kubelet.close()
         await client.close()
-        await channel.close()
-        os.rmdir(kubelet_root)
+        await channel.close(None)
         bare_s = _summary(bare_times)
         cycle_s = _summary(cycle_times)
         return {
-            "machine": {
-                "cpus": os.cpu_count(),
-                "memory_bytes": psutil.virtual_memory().total,
-                "python": platform.python_version(),
-                "platform": platform.platform(),
-            },
+            "machine": where,
             "pods": pods,
             "rounds": rounds,
             "bare_cri_calls": bare_s,
@@ -204,9 +198,9 @@ async def run(pods: int, rounds: int) -> dict[str, object]:
         }
     finally:
         if agent is not None:
-            agent.terminate()
-            agent.wait(timeout=10)
+            agent.stop()
         await asyncio.to_thread(containerd.cleanup)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,9 +18,6 @@ Everything runs as separate processes talking HTTP on loopback, as in a cluster:
 No root needed:
 
     .venv/bin/python -m bench.controller_sync [--nodes 1000] [--seconds 30] [--rate 100]
-
-The helpers here (starting the test API server, pacing, summaries) are shared with
-bench.agent_apiview.
 """
 
 from __future__ import annotations
@@ -29,322 +26,42 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import random
-import secrets
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-import psutil
 
-from bench.common import free_port, percentile
+from bench.harness.apiserver import SimAPIServer
+from bench.harness.exposition import sample_value
+from bench.harness.objects import lease_body, lease_path, registered_node
+from bench.harness.pacing import bounded, sleep_until
+from bench.harness.processes import start_nodesync
+from bench.harness.readiness import time_until_ready
+from bench.harness.report import machine
+from bench.harness.samplers import cpu_seconds, peak_rss_bytes, rss_bytes
+from bench.harness.stats import summary_ms
 from exporter.kube.convert import timestamp
-from exporter.model.rfc3339 import format_micro_time, format_time
+from exporter.model.rfc3339 import format_micro_time
+from nodesync_sim.process import ChildProcess, free_port
 
-LEASE_NAMESPACE = "kube-node-lease"
 RENEW_FAMILY = b"nodesync_node_lease_renew_timestamp_seconds{"
-JSONObject = dict[str, Any]
-
-
-# ---------------------------------------------------------------- shared helpers
-
-
-def summary_ms(samples: Sequence[float]) -> dict[str, float]:
-    """p50/p90/p99/max of durations in seconds, in milliseconds."""
-    if not samples:
-        return {}
-    return {
-        "count": len(samples),
-        "p50_ms": statistics.median(samples) * 1000,
-        "p90_ms": percentile(samples, 0.9) * 1000,
-        "p99_ms": percentile(samples, 0.99) * 1000,
-        "max_ms": max(samples) * 1000,
-    }
-
-
-def peak_rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return int(psutil.Process(pid).memory_info().rss)
-
-
-def cpu_seconds(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return float(times.user + times.system)
-
-
-def machine() -> dict[str, object]:
-    return {
-        "cpus": os.cpu_count(),
-        "memory_bytes": psutil.virtual_memory().total,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "load_average_1m_at_start": os.getloadavg()[0],
-    }
-
-
-def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
-    """Terminate one process we started, by its handle; kill it if it does not stop in time."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=timeout)
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def log_tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def nodesync(
-    *args: str, log: Path, env: Mapping[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    """Start ``nodesync ARGS`` as a child process, its output going to ``log``."""
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "exporter", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
-
-
-@dataclass
-class SimAPIServer:
-    """``nodesync sim apiserver`` in a child process, and an HTTP session authenticated to it."""
-
-    workdir: Path
-    port: int = field(default_factory=free_port)
-    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
-    proc: subprocess.Popen[bytes] | None = None
-    session: aiohttp.ClientSession | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.workdir / "kubeconfig"
-
-    @property
-    def log(self) -> Path:
-        return self.workdir / "apiserver.log"
-
-    async def start(self, wait: float = 30.0) -> None:
-        self.proc = nodesync(
-            "sim",
-            "apiserver",
-            "--web.listen-address",
-            f"127.0.0.1:{self.port}",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--log-level",
-            "warning",
-            log=self.log,
-            env={"NODESYNC_SIM_TOKEN": self.token},
-        )
-        self.session = aiohttp.ClientSession(
-            headers={"Authorization": f"Bearer {self.token}"},
-            connector=aiohttp.TCPConnector(limit=64),
-            timeout=aiohttp.ClientTimeout(total=30),
-        )
-        deadline = time.monotonic() + wait
-        # The kubeconfig is written once the server listens.
-        while not self.kubeconfig.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"test API server did not start:\n{log_tail(self.log)}")
-            await asyncio.sleep(0.05)
-        async with self.session.get(f"{self.url}/api") as response:
-            response.raise_for_status()
-
-    async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-        stop_process(self.proc)
-
-    async def request(
-        self, method: str, path: str, body: object, content_type: str = "application/json"
-    ) -> JSONObject:
-        assert self.session is not None
-        async with self.session.request(
-            method,
-            f"{self.url}{path}",
-            data=json.dumps(body),
-            headers={"Content-Type": content_type},
-        ) as response:
-            payload = await response.json(content_type=None)
-            if response.status >= 300:
-                raise RuntimeError(f"{method} {path}: {response.status} {payload}")
-            return dict(payload)
-
-    async def create(self, path: str, body: JSONObject) -> JSONObject:
-        return await self.request("POST", path, body)
-
-    async def merge_patch(self, path: str, body: JSONObject) -> JSONObject:
-        return await self.request("PATCH", path, body, "application/merge-patch+json")
-
-
-async def bounded(coros: Sequence[Any], parallel: int) -> list[Any]:
-    """Await the coroutines with at most ``parallel`` running at a time, results in order."""
-    gate = asyncio.Semaphore(parallel)
-
-    async def one(coro: Any) -> Any:
-        async with gate:
-            return await coro
-
-    return list(await asyncio.gather(*(one(c) for c in coros)))
-
-
-async def http_get(
-    session: aiohttp.ClientSession, url: str, deadline: float = 5.0
-) -> tuple[int, bytes]:
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=deadline)) as response:
-        return response.status, await response.read()
 
 
 # ---------------------------------------------------------------- Nodes and Leases
-
-
-def node_body(name: str, index: int, now: float) -> JSONObject:
-    """A Node as kubelet registers it (conditions, capacity, addresses, node info; no images)."""
-    stamp = format_time(now)
-
-    def condition(type_: str, status: str, reason: str, message: str) -> JSONObject:
-        return {
-            "type": type_,
-            "status": status,
-            "lastHeartbeatTime": stamp,
-            "lastTransitionTime": stamp,
-            "reason": reason,
-            "message": message,
-        }
-
-    resources = {
-        "cpu": "8",
-        "ephemeral-storage": "101430960Ki",
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
-        "memory": "32827480Ki",
-        "pods": "110",
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "node.kubernetes.io/instance-type": "m5.2xlarge",
-                "topology.kubernetes.io/region": "eu-west-1",
-                "topology.kubernetes.io/zone": f"eu-west-1{'abc'[index % 3]}",
-            },
-            "annotations": {
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-            },
-        },
-        "spec": {
-            "podCIDR": f"10.{64 + index // 256}.{index % 256}.0/24",
-            "podCIDRs": [f"10.{64 + index // 256}.{index % 256}.0/24"],
-            "providerID": f"aws:///eu-west-1a/i-{index:017x}",
-        },
-        "status": {
-            "conditions": [
-                condition(
-                    "MemoryPressure",
-                    "False",
-                    "KubeletHasSufficientMemory",
-                    "kubelet has sufficient memory available",
-                ),
-                condition(
-                    "DiskPressure",
-                    "False",
-                    "KubeletHasNoDiskPressure",
-                    "kubelet has no disk pressure",
-                ),
-                condition(
-                    "PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID"
-                ),
-                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-            ],
-            "capacity": resources,
-            "allocatable": {**resources, "cpu": "7910m", "memory": "31676504Ki"},
-            "addresses": [
-                {"type": "InternalIP", "address": f"10.0.{index // 256}.{index % 256}"},
-                {"type": "Hostname", "address": name},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": f"{index:032x}",
-                "systemUUID": f"ec2{index:05x}-0000-0000-0000-000000000000",
-                "bootID": f"{index:08x}-0000-0000-0000-000000000000",
-                "kernelVersion": "6.1.0-18-cloud-amd64",
-                "osImage": "Debian GNU/Linux 12 (bookworm)",
-                "containerRuntimeVersion": "containerd://1.6.20",
-                "kubeletVersion": "v1.30.4",
-                "kubeProxyVersion": "v1.30.4",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        },
-    }
-
-
-def lease_body(node: JSONObject, renew_time: str) -> JSONObject:
-    meta = node["metadata"]
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": meta["name"],
-            "namespace": LEASE_NAMESPACE,
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]}
-            ],
-        },
-        "spec": {
-            "holderIdentity": meta["name"],
-            "leaseDurationSeconds": 40,
-            "renewTime": renew_time,
-        },
-    }
-
-
-def lease_path(name: str = "") -> str:
-    base = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
-    return f"{base}/{name}" if name else base
 
 
 async def populate_nodes(api: SimAPIServer, names: Sequence[str]) -> dict[str, float]:
     """Create the Nodes, then their Leases; the renew timestamps written, by lease name."""
     now = time.time()
     nodes = await bounded(
-        [api.create("/api/v1/nodes", node_body(n, i, now)) for i, n in enumerate(names)], 32
+        [api.create("/api/v1/nodes", registered_node(n, i, now)) for i, n in enumerate(names)],
+        32,
     )
     renew = {n: format_micro_time(time.time()) for n in names}
     await bounded(
@@ -371,13 +88,11 @@ def renew_timestamps(body: bytes) -> dict[str, float]:
     return found
 
 
-def gauge(body: bytes, sample: bytes) -> float | None:
-    """The value of one sample line (name with its labels, exactly as rendered)."""
-    prefix = sample + b" "
-    for line in body.splitlines():
-        if line.startswith(prefix):
-            return float(line[len(prefix) :])
-    return None
+async def http_get(
+    session: aiohttp.ClientSession, url: str, deadline: float = 5.0
+) -> tuple[int, bytes]:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=deadline)) as response:
+        return response.status, await response.read()
 
 
 # ---------------------------------------------------------------- the benchmark
@@ -426,11 +141,8 @@ async def renew_leases(
     total = int(seconds * rate)
     start = time.monotonic()
     for k in range(total):
-        due = start + k / rate
-        delay = due - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        result.max_lateness = max(result.max_lateness, time.monotonic() - due)
+        lateness = await sleep_until(start + k / rate)
+        result.max_lateness = max(result.max_lateness, lateness)
         task = asyncio.create_task(renew(names[k % len(names)]))
         inflight.add(task)
         task.add_done_callback(inflight.discard)
@@ -439,14 +151,129 @@ async def renew_leases(
     return result
 
 
+@dataclass
+class Following:
+    """What the scrapes saw while the leases were renewed, and what it cost the controller."""
+
+    renewals: Renewals
+    freshness: list[float] = field(default_factory=list)
+    lag: list[float] = field(default_factory=list)
+    unseen: list[int] = field(default_factory=list)
+    scrapes: list[float] = field(default_factory=list)
+    wall: float = 0.0
+    cpu: float = 0.0
+    api_cpu: float = 0.0
+    window: float = 0.0  # from the first renewal sent to the last one answered
+
+
+async def follow_renewals(
+    http: aiohttp.ClientSession,
+    base: str,
+    api: SimAPIServer,
+    controller: ChildProcess,
+    names: Sequence[str],
+    written: dict[str, float],
+    seconds: float,
+    rate: float,
+) -> Following:
+    """Renew the leases for ``seconds`` while scraping /metrics about once a second (at a
+    random point of each second, so the scrapes do not keep the same phase as the
+    renewals): freshness, propagation lag and unseen renewals per scrape, and CPU used."""
+    acked: dict[str, float] = {}  # monotonic time each lease's last renewal was answered
+    renewing = asyncio.Event()
+    seen = Following(Renewals())
+
+    async def scrape_while_renewing() -> None:
+        second = time.monotonic()
+        while True:
+            second += 1.0
+            due = second + random.random()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(renewing.wait(), max(0.0, due - time.monotonic()))
+            if renewing.is_set():
+                return
+            sent, sent_mono = time.time(), time.monotonic()
+            expected = dict(written)  # what the API server had acknowledged by now
+            t0 = time.perf_counter()
+            _, text = await http_get(http, f"{base}/metrics")
+            seen.scrapes.append(time.perf_counter() - t0)
+            served = renew_timestamps(text)
+            seen.freshness.append(sent - max(served.values()))
+            behind = [n for n, v in expected.items() if served.get(n, 0.0) < v]
+            seen.unseen.append(len(behind))
+            seen.lag.append(max((sent_mono - acked.get(n, sent_mono) for n in behind), default=0.0))
+
+    assert controller.pid is not None
+    cpu_before = cpu_seconds(controller.pid)
+    api_cpu_before = cpu_seconds(api.pid)
+    wall_before = time.monotonic()
+    scraper = asyncio.create_task(scrape_while_renewing())
+    seen.renewals = await renew_leases(api, names, written, acked, seconds, rate)
+    renewing.set()
+    scraper.cancel()  # a scrape still running would delay the catch-up's first one
+    await asyncio.gather(scraper, return_exceptions=True)
+    seen.wall = time.monotonic() - wall_before
+    seen.cpu = cpu_seconds(controller.pid) - cpu_before
+    seen.api_cpu = cpu_seconds(api.pid) - api_cpu_before
+    seen.window = seen.renewals.last_done - wall_before
+    return seen
+
+
+async def catch_up(
+    http: aiohttp.ClientSession, base: str, written: dict[str, float], last_done: float
+) -> tuple[float, int]:
+    """Scrape until every lease's last written renewTime is served, exactly: how long after
+    the last renewal was answered, and how many leases were still missing (0). Raises
+    AssertionError when some never show it within 60 s (a lost watch event)."""
+    missing = len(written)
+    while time.monotonic() - last_done < 60:
+        sent_mono = time.monotonic()
+        _, body = await http_get(http, f"{base}/metrics")
+        served = renew_timestamps(body)
+        missing = sum(1 for n, v in written.items() if served.get(n) != v)
+        if missing == 0:
+            return max(0.0, sent_mono - last_done), missing
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{missing} leases never showed their last renewTime")
+
+
+async def scrape_at_rest(
+    http: aiohttp.ClientSession, base: str, pid: int, scrapes: int
+) -> tuple[list[float], float, bytes]:
+    """``scrapes`` scrapes back to back: their latencies, the controller's CPU seconds per
+    scrape, and the last exposition."""
+    rest: list[float] = []
+    body = b""
+    cpu_before = cpu_seconds(pid)
+    for _ in range(scrapes):
+        t0 = time.perf_counter()
+        _, body = await http_get(http, f"{base}/metrics")
+        rest.append(time.perf_counter() - t0)
+    return rest, (cpu_seconds(pid) - cpu_before) / max(1, scrapes), body
+
+
+def start_controller(api: SimAPIServer, port: int, log: Path) -> ChildProcess:
+    return start_nodesync(
+        "controller",
+        "--kubeconfig",
+        str(api.kubeconfig),
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--log-level",
+        "warning",
+        log=log,
+    )
+
+
 async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dict[str, object]:
+    """Populate, start the controller and time its sync, follow the renewals, catch up,
+    scrape at rest; the figures of the run."""
+    where = machine()
     workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-"))
     api = SimAPIServer(workdir)
-    controller: subprocess.Popen[bytes] | None = None
-    controller_log = workdir / "controller.log"
+    controller: ChildProcess | None = None
     try:
         await api.start()
-        assert api.proc is not None
         names = [f"node-{i:04d}" for i in range(nodes)]
         started = time.perf_counter()
         written = await populate_nodes(api, names)
@@ -455,109 +282,31 @@ async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dic
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         started = time.monotonic()
-        controller = nodesync(
-            "controller",
-            "--kubeconfig",
-            str(api.kubeconfig),
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-            log=controller_log,
-        )
-        listening_s: float | None = None
-        ready_s: float | None = None
+        controller = start_controller(api, port, workdir / "controller.log")
+        pid = controller.pid
+        assert pid is not None
         async with aiohttp.ClientSession() as http:
-            while ready_s is None:
-                try:
-                    status, _ = await http_get(http, f"{base}/readyz", deadline=1)
-                except (aiohttp.ClientError, TimeoutError):
-                    status = 0
-                now = time.monotonic()
-                if status and listening_s is None:
-                    listening_s = now - started
-                if status == 200:
-                    ready_s = now - started
-                elif controller.poll() is not None or now - started > 60:
-                    raise RuntimeError(f"controller not ready:\n{log_tail(controller_log)}")
-                else:
-                    await asyncio.sleep(0.01)
-
+            readiness = await time_until_ready(
+                controller,
+                http,
+                f"{base}/readyz",
+                started=started,
+                answered=lambda status: status != 0,
+                ready=lambda status, _: status == 200,
+                interval=0.01,
+                request_timeout=1,
+            )
             _, body = await http_get(http, f"{base}/metrics")
-            assert gauge(body, b"nodesync_nodes") == nodes, "nodesync_nodes is not the node count"
+            nodes_shown = sample_value(body, b"nodesync_nodes")
+            assert nodes_shown == nodes, "nodesync_nodes is not the node count"
             assert renew_timestamps(body) == written, "the listed renew times are not the written"
-            rss_synced = psutil.Process(controller.pid).memory_info().rss
-
-            # Renewals, with a scrape about once a second (at a random point of each second,
-            # so the scrapes do not keep the same phase as the renewals).
-            freshness: list[float] = []
-            lag: list[float] = []
-            unseen: list[int] = []
-            busy_scrapes: list[float] = []
-            acked: dict[str, float] = {}  # monotonic time each lease's last renewal was answered
-            renewing = asyncio.Event()
-
-            async def scrape_while_renewing() -> None:
-                second = time.monotonic()
-                while True:
-                    second += 1.0
-                    due = second + random.random()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(renewing.wait(), max(0.0, due - time.monotonic()))
-                    if renewing.is_set():
-                        return
-                    sent, sent_mono = time.time(), time.monotonic()
-                    expected = dict(written)  # what the API server had acknowledged by now
-                    t0 = time.perf_counter()
-                    _, text = await http_get(http, f"{base}/metrics")
-                    busy_scrapes.append(time.perf_counter() - t0)
-                    served = renew_timestamps(text)
-                    freshness.append(sent - max(served.values()))
-                    behind = [n for n, v in expected.items() if served.get(n, 0.0) < v]
-                    unseen.append(len(behind))
-                    lag.append(
-                        max((sent_mono - acked.get(n, sent_mono) for n in behind), default=0.0)
-                    )
-
-            cpu_before = cpu_seconds(controller.pid)
-            api_cpu_before = cpu_seconds(api.proc.pid)
-            wall_before = time.monotonic()
-            scraper = asyncio.create_task(scrape_while_renewing())
-            renewals = await renew_leases(api, names, written, acked, seconds, rate)
-            renewing.set()
-            scraper.cancel()  # a scrape still running would delay the catch-up's first one
-            await asyncio.gather(scraper, return_exceptions=True)
-            wall = time.monotonic() - wall_before
-            cpu = cpu_seconds(controller.pid) - cpu_before
-            api_cpu = cpu_seconds(api.proc.pid) - api_cpu_before
-            renew_window = renewals.last_done - wall_before
-
-            # Catch-up: until every lease's last written renewTime is served, exactly.
-            missing = len(written)
-            catch_up_s: float | None = None
-            while time.monotonic() - renewals.last_done < 60:
-                sent_mono = time.monotonic()
-                _, body = await http_get(http, f"{base}/metrics")
-                served = renew_timestamps(body)
-                missing = sum(1 for n, v in written.items() if served.get(n) != v)
-                if missing == 0:
-                    catch_up_s = max(0.0, sent_mono - renewals.last_done)
-                    break
-                await asyncio.sleep(0.02)
-            if catch_up_s is None:
-                raise AssertionError(f"{missing} leases never showed their last renewTime")
-
-            rest: list[float] = []
-            rest_cpu_before = cpu_seconds(controller.pid)
-            for _ in range(rest_scrapes):
-                t0 = time.perf_counter()
-                _, body = await http_get(http, f"{base}/metrics")
-                rest.append(time.perf_counter() - t0)
-            cpu_per_scrape = (cpu_seconds(controller.pid) - rest_cpu_before) / max(1, rest_scrapes)
-
-        process = psutil.Process(controller.pid)
+            rss_synced = rss_bytes(pid)
+            seen = await follow_renewals(http, base, api, controller, names, written, seconds, rate)
+            catch_up_s, missing = await catch_up(http, base, written, seen.renewals.last_done)
+            rest, cpu_per_scrape, last = await scrape_at_rest(http, base, pid, rest_scrapes)
+            body = last or body
         return {
-            "machine": machine(),
+            "machine": where,
             "nodes": nodes,
             "populate": {
                 "seconds": populate_s,
@@ -565,46 +314,47 @@ async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dic
                 "objects_per_second": 2 * nodes / populate_s,
             },
             "controller_start": {
-                "listening_s": listening_s,
-                "synced_s": ready_s,
+                "listening_s": readiness.answered_s,
+                "synced_s": readiness.ready_s,
                 "rss_bytes_at_sync": rss_synced,
             },
             "renewals": {
                 "seconds": seconds,
                 "target_rate": rate,
-                "issued": renewals.issued,
-                "ok": renewals.ok,
-                "failed": renewals.failed,
-                "achieved_rate": renewals.ok / renew_window,
-                "max_send_lateness_ms": renewals.max_lateness * 1000,
-                "patch_latency": summary_ms(renewals.latencies),
+                "issued": seen.renewals.issued,
+                "ok": seen.renewals.ok,
+                "failed": seen.renewals.failed,
+                "achieved_rate": seen.renewals.ok / seen.window,
+                "max_send_lateness_ms": seen.renewals.max_lateness * 1000,
+                "patch_latency": summary_ms(seen.renewals.latencies),
             },
-            "freshness": summary_ms(freshness),
-            "propagation_lag": summary_ms(lag),
+            "freshness": summary_ms(seen.freshness),
+            "propagation_lag": summary_ms(seen.lag),
             "unseen_acknowledged_renewals_at_scrape": {
-                "p50": statistics.median(unseen) if unseen else None,
-                "max": max(unseen, default=None),
+                "p50": statistics.median(seen.unseen) if seen.unseen else None,
+                "max": max(seen.unseen, default=None),
             },
             "catch_up_s": catch_up_s,
             "leases_checked": len(written),
             "leases_missed": missing,
-            "controller_cpu_cores_during_renewals": cpu / wall,
+            "controller_cpu_cores_during_renewals": seen.cpu / seen.wall,
             "controller_cpu_seconds_per_scrape": cpu_per_scrape,
             "controller_cpu_cores_during_renewals_without_scrapes": max(
-                0.0, (cpu - cpu_per_scrape * len(busy_scrapes)) / wall
+                0.0, (seen.cpu - cpu_per_scrape * len(seen.scrapes)) / seen.wall
             ),
-            "apiserver_cpu_cores_during_renewals": api_cpu / wall,
-            "scrape_during_renewals": summary_ms(busy_scrapes),
+            "apiserver_cpu_cores_during_renewals": seen.api_cpu / seen.wall,
+            "scrape_during_renewals": summary_ms(seen.scrapes),
             "scrape_at_rest": summary_ms(rest),
             "exposition_bytes": len(body),
             "exposition_samples": sum(1 for ln in body.splitlines() if not ln.startswith(b"#")),
-            "controller_rss_bytes": process.memory_info().rss,
-            "controller_peak_rss_bytes": peak_rss_bytes(controller.pid),
+            "controller_rss_bytes": rss_bytes(pid),
+            "controller_peak_rss_bytes": peak_rss_bytes(pid),
         }
     finally:
-        stop_process(controller)
+        if controller is not None:
+            controller.stop()
         await api.close()
-        remove_tree(workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,12 +2,16 @@
 same way everywhere.
 
 A :class:`ChildProcess` runs in a session of its own (a Ctrl-C meant for the caller does not
-reach it first), writes stdout and stderr to a log file, and is stopped by its PID: SIGTERM,
-then SIGKILL after a deadline. Stopping is safe to repeat. Errors carry the log's tail.
+reach it first; ``new_session=False`` keeps it in the caller's, as the benchmarks do), writes
+stdout and stderr to a log file, and is stopped by its PID: SIGTERM, then SIGKILL after a
+deadline. Stopping is safe to repeat. Errors carry the log's tail. Its
+stdin is /dev/null, or a pipe the caller writes to (``stdin_pipe=True``: a child fed line by
+line, such as the storm benchmark's Alertmanager).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -15,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 #: How long a process gets to exit after SIGTERM before it is killed.
 STOP_TIMEOUT = 10.0
@@ -62,12 +67,16 @@ class ChildProcess:
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
         name: str = "",
+        stdin_pipe: bool = False,
+        new_session: bool = True,
     ) -> None:
         self.argv = list(argv)
         self.log_path = log_path
         self.name = name or Path(self.argv[0]).name
         self._cwd = cwd
         self._env = dict(env) if env is not None else None
+        self._stdin_pipe = stdin_pipe
+        self._new_session = new_session
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -83,6 +92,19 @@ class ChildProcess:
     def returncode(self) -> int | None:
         return self._proc.poll() if self._proc is not None else None
 
+    @property
+    def stdin(self) -> IO[bytes] | None:
+        """The pipe to the process' stdin (started with ``stdin_pipe=True``), until closed."""
+        if self._proc is None or self._proc.stdin is None or self._proc.stdin.closed:
+            return None
+        return self._proc.stdin
+
+    def close_stdin(self) -> None:
+        """Close the pipe to stdin (the child reads end of file). Safe to repeat."""
+        if self._proc is not None and self._proc.stdin is not None:
+            with contextlib.suppress(OSError):  # the child may have gone: a broken pipe
+                self._proc.stdin.close()
+
     def log_tail(self, lines: int = 30) -> str:
         return log_tail(self.log_path, lines)
 
@@ -96,10 +118,10 @@ class ChildProcess:
                     self.argv,
                     cwd=self._cwd,
                     env=self._env,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if self._stdin_pipe else subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
-                    start_new_session=True,
+                    start_new_session=self._new_session,
                 )
             except OSError as exc:
                 raise ChildProcessFailed(f"cannot start {self.name}: {exc}") from exc
@@ -116,11 +138,22 @@ class ChildProcess:
                 self._proc.kill()
             self._proc.wait()
 
+    def wait(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` seconds for the process to exit by itself; its exit code, or
+        None while it still runs (or was never started)."""
+        if self._proc is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self._proc.wait(timeout)
+        return None
+
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        """SIGTERM; SIGKILL when it has not exited within ``timeout``. Safe to repeat."""
+        """Close stdin's pipe, then SIGTERM; SIGKILL when it has not exited within ``timeout``.
+        Safe to repeat."""
         proc = self._proc
         if proc is None:
             return
+        self.close_stdin()
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:

@@ -5,7 +5,9 @@ One SQLite file (WAL, ``synchronous=FULL``), one connection used by one dedicate
 method runs its SQL there, so the event loop never waits for a disk flush, and writes are
 serialised. A write method returns only after its transaction committed (the WAL was fsynced):
 what it reported survives a crash or a SIGKILL, and a transaction that did not commit leaves
-nothing behind.
+nothing behind. Other processes may read the file beside the writer
+(:meth:`Journal.open_read_only`): WAL readers see committed transactions and take no lock the
+writer waits for.
 
 Alerts are keyed by (fingerprint, startsAt): Alertmanager re-sends every alert of a group with
 each notification, HA pairs deliver duplicates, and 5xx answers are retried, but one firing
@@ -30,6 +32,7 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -264,12 +267,25 @@ class Journal:
     ) -> Journal:
         """Open (create, migrate) the journal at ``path``. ``busy_timeout``: how long a write
         waits for a lock another connection holds before it fails."""
+        return await cls._open(functools.partial(_connect, path, busy_timeout), clock)
+
+    @classmethod
+    async def open_read_only(cls, path: str, *, busy_timeout: float = 2.0) -> Journal:
+        """Open the existing journal at ``path`` for reading only: nothing is created or
+        migrated, and every write method fails with JournalError. Safe beside the controller
+        that writes it (WAL: a reader neither blocks the writer nor waits for it), for tools
+        and benchmarks that look at its plans. Raises JournalError when there is no journal
+        at ``path`` or its schema is not this nodesync's."""
+        return await cls._open(functools.partial(_connect_read_only, path, busy_timeout))
+
+    @classmethod
+    async def _open(
+        cls, connect: Callable[[], sqlite3.Connection], clock: Callable[[], float] = time.time
+    ) -> Journal:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
         loop = asyncio.get_running_loop()
         try:
-            conn = await loop.run_in_executor(
-                executor, _guarded(functools.partial(_connect, path, busy_timeout))
-            )
+            conn = await loop.run_in_executor(executor, _guarded(connect))
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -384,6 +400,26 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
         _migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """A connection that cannot write (``mode=ro``, ``query_only``) to an existing journal of
+    this schema version."""
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
+    try:
+        conn.execute("PRAGMA query_only=ON")
+        row = conn.execute("SELECT version FROM schema_version").fetchone()
+        version = 0 if row is None else int(row[0])
+        if version != SCHEMA_VERSION:
+            raise JournalError(
+                f"journal schema version {version} at {path} is not this nodesync's "
+                f"({SCHEMA_VERSION}): read it with the nodesync that wrote it"
+            )
     except BaseException:
         conn.close()
         raise

@@ -399,3 +399,58 @@ async def test_every_returned_record_survives_sigkill_and_none_is_half_written(
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     conn.close()
+
+
+async def test_a_read_only_journal_reads_beside_the_writer_and_never_writes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.db"
+    writer = await Journal.open(str(path), busy_timeout=0.05)
+    reader = await Journal.open_read_only(str(path))
+    try:
+        a = alert("aaaa")
+        await writer.record(payload(a), received_at=T0)
+        plan_id = await writer.save_plan(a.key, a_plan(a.key), dry_run=False, state=PlanState.DONE)
+        # The reader sees what the writer committed, and holds no lock the writer waits for
+        # (the writer's busy timeout is 50 ms).
+        [record] = await reader.plans()
+        assert (record.id, record.state, record.plan) == (plan_id, PlanState.DONE, a_plan(a.key))
+        assert (await reader.counts()).alerts == {"firing": 1, "resolved": 0}
+        await writer.update_step(plan_id, 0, StepState.DONE, attempts=1)
+        assert (await reader.plans())[0].steps[0].state == StepState.DONE
+        with pytest.raises(JournalError, match="readonly"):
+            await reader.record(payload(alert("bbbb")), received_at=T0 + 1)
+        with pytest.raises(JournalError, match="readonly"):
+            await reader.update_plan(plan_id, PlanState.FAILED)
+    finally:
+        await writer.close()
+    try:  # ... and after the writer closed (its WAL checkpointed and removed)
+        assert [p.state for p in await reader.plans()] == [PlanState.DONE]
+    finally:
+        await reader.close()
+    again = await Journal.open_read_only(str(path))
+    try:
+        assert [p.id for p in await again.plans()] == [plan_id]
+        assert again.last_counts.plans[PlanState.DONE] == 1
+    finally:
+        await again.close()
+
+
+async def test_a_read_only_open_creates_nothing_and_refuses_other_schemas(tmp_path: Path) -> None:
+    missing = tmp_path / "state" / "journal.db"
+    with pytest.raises(JournalError, match="unable to open"):
+        await Journal.open_read_only(str(missing))
+    assert not missing.parent.exists()
+    for version in (SCHEMA_VERSION - 1, SCHEMA_VERSION + 1):
+        other = tmp_path / f"v{version}.db"
+        with sqlite3.connect(other) as conn:
+            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
+        conn.close()
+        with pytest.raises(JournalError, match=f"schema version {version} .* not this"):
+            await Journal.open_read_only(str(other))
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    with pytest.raises(JournalError, match="no such table"):
+        await Journal.open_read_only(str(empty))
+    assert empty.read_bytes() == b""

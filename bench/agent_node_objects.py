@@ -1,4 +1,4 @@
-"""Benchmark: an agent syncing its node's view of the API server at 110 pods.
+"""Benchmark: an agent's watches of its own Node, Lease and pods (``NodeObjects``) at 110 pods.
 
 The test API server (``nodesync sim apiserver``, a child process on loopback) holds one Node, its
 Lease, the pods bound to that node and many more pods bound to other nodes, so the agent's field
@@ -17,7 +17,7 @@ selector (spec.nodeName) has real work to do. Measured:
 Run as root (containerd needs it) on a machine with containerd, runc and busybox-static
 (scripts/setup installs them):
 
-    .venv/bin/python -m bench.agent_apiview [--pods 110] [--other-pods 2000] [--rounds 10]
+    .venv/bin/python -m bench.agent_node_objects [--pods 110] [--other-pods 2000] [--rounds 10]
         [--sync-period 10]
 """
 
@@ -27,36 +27,30 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psutil
 
-from bench.common import free_port, percentile
-from bench.controller_sync import (
-    SimAPIServer,
-    bounded,
-    http_get,
-    lease_body,
-    lease_path,
-    log_tail,
-    machine,
-    node_body,
-    nodesync,
-    peak_rss_bytes,
-    remove_tree,
-    stop_process,
-)
+from bench.harness.apiserver import JSONObject, SimAPIServer
+from bench.harness.exposition import samples
+from bench.harness.objects import lease_body, lease_path, registered_node
+from bench.harness.pacing import bounded
+from bench.harness.processes import start_nodesync
+from bench.harness.readiness import time_until_ready
+from bench.harness.report import machine
+from bench.harness.samplers import peak_rss_bytes, rss_bytes
+from bench.harness.stats import percentile
 from exporter.agent.node_objects import NodeObjects
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import load_configuration
 from exporter.model.rfc3339 import format_micro_time, format_time
 from nodesync_sim.containerd import IMAGE_REF, LocalContainerd
+from nodesync_sim.process import ChildProcess, free_port
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod
 
 NODE = "bench-node"
@@ -66,8 +60,6 @@ DRIFT_KINDS = frozenset(
 )
 #: Short, so the first drift computation already judges pods and sandboxes created seconds ago.
 DRIFT_GRACE_SECONDS = 1.0
-JSONObject = dict[str, Any]
-Labels = frozenset[tuple[str, str]]
 
 
 def pod_body(name: str, node: str, index: int) -> JSONObject:
@@ -207,7 +199,7 @@ def running_status(index: int) -> JSONObject:
 async def populate(api: SimAPIServer, pods: int, other_pods: int) -> list[JSONObject]:
     """The Node, its Lease, ``pods`` pods bound to it and ``other_pods`` bound to 20 other
     nodes, all Running; returns the pods bound to this node as the API server stored them."""
-    node = await api.create("/api/v1/nodes", node_body(NODE, 0, time.time()))
+    node = await api.create("/api/v1/nodes", registered_node(NODE, 0, time.time()))
     await api.create(lease_path(), lease_body(node, format_micro_time(time.time())))
     bodies = [pod_body(f"mine-{i:03d}", NODE, i) for i in range(pods)]
     bodies += [pod_body(f"other-{i:05d}", f"other-{i % 20:02d}", i) for i in range(other_pods)]
@@ -221,19 +213,6 @@ async def populate(api: SimAPIServer, pods: int, other_pods: int) -> list[JSONOb
         32,
     )
     return created[:pods]
-
-
-def samples(body: bytes, name: str) -> dict[Labels, float]:
-    """Every sample of one metric in a text exposition, by its labels (for label values without
-    commas or escapes, as nodesync's are)."""
-    found: dict[Labels, float] = {}
-    prefix = name.encode() + b"{"
-    for line in body.splitlines():
-        if line.startswith(prefix):
-            head, _, value = line.rpartition(b"} ")
-            pairs = [p.partition("=") for p in head[len(prefix) :].decode().split(",") if p]
-            found[frozenset((k, v.strip('"')) for k, _, v in pairs)] = float(value)
-    return found
 
 
 def healthy(body: bytes, pods: int) -> bool:
@@ -295,14 +274,106 @@ def make_kubelet_root(path: Path, pods: list[JSONObject]) -> None:
         (path / "pods" / p["metadata"]["uid"]).mkdir(parents=True)
 
 
+def start_agent(
+    api: SimAPIServer,
+    containerd: LocalContainerd,
+    kubelet_root: Path,
+    port: int,
+    sync_period: float,
+    log: Path,
+) -> ChildProcess:
+    """A real ``nodesync agent`` with the API view, as deployed, on the private containerd."""
+    return start_nodesync(
+        "agent",
+        "--node-name",
+        NODE,
+        "--kubeconfig",
+        str(api.kubeconfig),
+        "--api-initial-jitter",
+        "0s",
+        "--cri-endpoint",
+        containerd.endpoint,
+        "--containerd-root",
+        str(containerd.root),
+        "--kubelet-root-dir",
+        str(kubelet_root),
+        "--kubelet-healthz-url",
+        f"http://127.0.0.1:{free_port()}/healthz",
+        "--sync-period",
+        f"{sync_period}s",
+        "--drift-grace-period",
+        f"{DRIFT_GRACE_SECONDS}s",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--log-level",
+        "warning",
+        log=log,
+    )
+
+
+async def time_full_agent(
+    agent: ChildProcess, base: str, started: float, pods: int, sync_period: float
+) -> dict[str, Any]:
+    """From the agent's start until /metrics shows the API's pods and a drift of 0; 20
+    scrapes, RSS and peak; then, after the grace period and two more cycles, drift again."""
+    pid = agent.pid
+    assert pid is not None, "the agent exited"
+    async with aiohttp.ClientSession() as http:
+        readiness = await time_until_ready(
+            agent,
+            http,
+            f"{base}/metrics",
+            started=started,
+            answered=lambda status: status == 200,
+            ready=lambda status, body: status == 200 and healthy(body, pods),
+            interval=0.02,
+            request_timeout=2,
+        )
+        scrapes: list[float] = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            _, body = await http_get(http, f"{base}/metrics")
+            scrapes.append(time.perf_counter() - t0)
+        rss = rss_bytes(pid)
+        peak_rss = peak_rss_bytes(pid)
+
+        # Past the grace period, anything unmatched would be counted by now.
+        await asyncio.sleep(DRIFT_GRACE_SECONDS + 2 * sync_period)
+        _, body = await http_get(http, f"{base}/metrics")
+        still_healthy = healthy(body, pods)
+        rss_end = rss_bytes(pid)
+        peak_rss_end = peak_rss_bytes(pid)
+    ordered = sorted(scrapes)
+    return {
+        "listening_s": readiness.answered_s,
+        "synced_s": readiness.ready_s,
+        "scrape_median_ms": statistics.median(ordered) * 1000,
+        "scrape_max_ms": ordered[-1] * 1000,
+        "exposition_bytes": len(body),
+        "rss_bytes": rss,
+        "peak_rss_bytes": peak_rss,
+        "rss_bytes_end": rss_end,  # after the grace period and two more cycles
+        "peak_rss_bytes_end": peak_rss_end,
+        "drift_zero_after_grace": still_healthy,
+        "runtime_running_pods": samples(body, "nodesync_pods").get(
+            frozenset({("phase", "Running"), ("source", "runtime")})
+        ),
+    }
+
+
+async def http_get(session: aiohttp.ClientSession, url: str) -> tuple[int, bytes]:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+        return response.status, await response.read()
+
+
 async def run(pods: int, other_pods: int, rounds: int, sync_period: float) -> dict[str, object]:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark starts its own containerd")
+    where = machine()
     workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-"))
     api = SimAPIServer(workdir)
     containerd: LocalContainerd | None = None
-    agent: subprocess.Popen[bytes] | None = None
-    agent_log = workdir / "agent.log"
+    agent: ChildProcess | None = None
     try:
         await api.start()
         started = time.perf_counter()
@@ -320,72 +391,11 @@ async def run(pods: int, other_pods: int, rounds: int, sync_period: float) -> di
         await asyncio.to_thread(make_kubelet_root, kubelet_root, mine)
 
         port = free_port()
-        base = f"http://127.0.0.1:{port}"
         started = time.monotonic()
-        agent = nodesync(
-            "agent",
-            "--node-name",
-            NODE,
-            "--kubeconfig",
-            str(api.kubeconfig),
-            "--api-initial-jitter",
-            "0s",
-            "--cri-endpoint",
-            containerd.endpoint,
-            "--containerd-root",
-            str(containerd.root),
-            "--kubelet-root-dir",
-            str(kubelet_root),
-            "--kubelet-healthz-url",
-            f"http://127.0.0.1:{free_port()}/healthz",
-            "--sync-period",
-            f"{sync_period}s",
-            "--drift-grace-period",
-            f"{DRIFT_GRACE_SECONDS}s",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-            log=agent_log,
-        )
-        listening_s: float | None = None
-        synced_s: float | None = None
-        async with aiohttp.ClientSession() as http:
-            while synced_s is None:
-                try:
-                    status, body = await http_get(http, f"{base}/metrics", deadline=2)
-                except (aiohttp.ClientError, TimeoutError):
-                    status, body = 0, b""
-                now = time.monotonic()
-                if status == 200 and listening_s is None:
-                    listening_s = now - started
-                if status == 200 and healthy(body, pods):
-                    synced_s = now - started
-                elif agent.poll() is not None or now - started > 60:
-                    raise RuntimeError(f"agent did not get in sync:\n{log_tail(agent_log)}")
-                else:
-                    await asyncio.sleep(0.02)
-
-            scrapes: list[float] = []
-            for _ in range(20):
-                t0 = time.perf_counter()
-                _, body = await http_get(http, f"{base}/metrics")
-                scrapes.append(time.perf_counter() - t0)
-            rss = psutil.Process(agent.pid).memory_info().rss
-            peak_rss = peak_rss_bytes(agent.pid)
-
-            # Past the grace period, anything unmatched would be counted by now.
-            await asyncio.sleep(DRIFT_GRACE_SECONDS + 2 * sync_period)
-            _, body = await http_get(http, f"{base}/metrics")
-            still_healthy = healthy(body, pods)
-            rss_end = psutil.Process(agent.pid).memory_info().rss
-            peak_rss_end = peak_rss_bytes(agent.pid)
-            runtime_running = samples(body, "nodesync_pods").get(
-                frozenset({("phase", "Running"), ("source", "runtime")})
-            )
-        ordered = sorted(scrapes)
+        agent = start_agent(api, containerd, kubelet_root, port, sync_period, workdir / "agent.log")
+        full = await time_full_agent(agent, f"http://127.0.0.1:{port}", started, pods, sync_period)
         return {
-            "machine": machine(),
+            "machine": where,
             "pods": pods,
             "other_pods": other_pods,
             "sync_period_s": sync_period,
@@ -393,26 +403,15 @@ async def run(pods: int, other_pods: int, rounds: int, sync_period: float) -> di
             "populate_s": populate_s,
             "api_view_synced": view,
             "runtime_pods_s": runtime_pods_s,
-            "agent": {
-                "listening_s": listening_s,
-                "synced_s": synced_s,
-                "scrape_median_ms": statistics.median(ordered) * 1000,
-                "scrape_max_ms": ordered[-1] * 1000,
-                "exposition_bytes": len(body),
-                "rss_bytes": rss,
-                "peak_rss_bytes": peak_rss,
-                "rss_bytes_end": rss_end,  # after the grace period and two more cycles
-                "peak_rss_bytes_end": peak_rss_end,
-                "drift_zero_after_grace": still_healthy,
-                "runtime_running_pods": runtime_running,
-            },
+            "agent": full,
         }
     finally:
-        stop_process(agent)
+        if agent is not None:
+            agent.stop()
         await api.close()
         if containerd is not None:
             await asyncio.to_thread(containerd.cleanup)
-        await asyncio.to_thread(remove_tree, workdir)
+        await asyncio.to_thread(shutil.rmtree, workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
