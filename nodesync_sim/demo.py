@@ -4,7 +4,8 @@ A test API server, a private containerd with a real agent (the "real node"), the
 its webhook and rollback executor, simulated nodes, and a real Prometheus and Alertmanager loaded
 with the shipped rules and route. A wave joins; one node fails to join and another crash-loops a
 pod; the alerts fire and the hook rolls back exactly those. A line of summary is printed whenever
-something changes; Prometheus and Alertmanager stay up for a look until Ctrl-C, then everything
+something changes, and the NodeRollbacks as ``kubectl get noderollbacks`` lists them whenever
+one of them moves; Prometheus and Alertmanager stay up for a look until Ctrl-C, then everything
 is stopped and removed.
 """
 
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.json"
 
 
+#: The columns ``kubectl get noderollbacks`` shows (the CRD's printer columns), but the age.
+ROLLBACK_COLUMNS = ("NAME", "NODE", "ACTION", "PHASE", "STEP", "REASON")
+
+
 @dataclass(frozen=True)
 class Summary:
     nodes: int
@@ -41,6 +46,7 @@ class Summary:
     cordoned: int
     firing: tuple[str, ...]
     actions: tuple[tuple[str, int], ...]
+    rollbacks: tuple[tuple[str, ...], ...] = ()  # one row per NodeRollback, as ROLLBACK_COLUMNS
 
     def line(self) -> str:
         alerts = ", ".join(self.firing) or "none"
@@ -49,6 +55,35 @@ class Summary:
             f"nodes {self.nodes} (ready {self.ready}, cordoned by nodesync {self.cordoned})"
             f" | alerts firing: {alerts} | actions: {actions}"
         )
+
+    def table(self) -> str:
+        """The NodeRollbacks as ``kubectl get noderollbacks -o wide`` lists them."""
+        rows = [ROLLBACK_COLUMNS, *self.rollbacks]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(ROLLBACK_COLUMNS))]
+        return "\n".join(
+            "  " + "   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        )
+
+
+def rollback_rows(objects: list[dict[str, Any]]) -> tuple[tuple[str, ...], ...]:
+    """The printer columns of each NodeRollback, oldest first."""
+    rows = []
+    for obj in sorted(
+        objects, key=lambda o: (o["metadata"].get("creationTimestamp", ""), o["metadata"]["name"])
+    ):
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        rows.append(
+            (
+                obj["metadata"]["name"],
+                str(spec.get("nodeName", "")),
+                str(spec.get("action", "")),
+                str(status.get("phase", "")),
+                str(status.get("step", "")),
+                str(status.get("reason", "")),
+            )
+        )
+    return tuple(rows)
 
 
 def _node_summary(nodes: list[dict[str, Any]]) -> tuple[int, int]:
@@ -85,7 +120,8 @@ async def summarize(chain: Chain, session: aiohttp.ClientSession) -> Summary:
     )
     async with session.get(f"http://127.0.0.1:{chain.controller_port}/metrics") as response:
         exposition = await response.text()
-    return Summary(len(nodes), ready, cordoned, tuple(firing), _actions(exposition))
+    rollbacks = rollback_rows(chain.api.store.list("noderollbacks"))
+    return Summary(len(nodes), ready, cordoned, tuple(firing), _actions(exposition), rollbacks)
 
 
 async def follow(chain: Chain, out: TextIO, stop: asyncio.Event, period: float = 1.0) -> None:
@@ -101,6 +137,8 @@ async def follow(chain: Chain, out: TextIO, stop: asyncio.Event, period: float =
             else:
                 if summary != last:
                     print(f"[+{time.monotonic() - started:5.1f}s] {summary.line()}", file=out)
+                    if summary.rollbacks and summary.rollbacks != (last and last.rollbacks):
+                        print(summary.table(), file=out)
                     out.flush()
                     last = summary
             with contextlib.suppress(TimeoutError):

@@ -192,7 +192,9 @@ async def test_a_request_removes_the_orphans_and_answers_once(node: Node) -> Non
         ("remove_podsandbox", "sb-gone"),
     ]
     assert set(node.runtime.sandboxes) == {"sb-web"}
-    assert node.cleanup.totals() == CleanupTotals(1, 0, 1, 1, NOW)
+    assert node.cleanup.totals() == CleanupTotals(
+        done=1, removed_sandboxes=1, removed_containers=1, last_finished_at=NOW
+    )
     # Seen again and again, the answered request does nothing.
     for _ in range(3):
         assert await node.cleanup.check_once() is None
@@ -230,27 +232,72 @@ async def test_a_lagging_watch_does_not_clean_twice(node: Node) -> None:
     assert len(node.api.written) == 1
 
 
-@pytest.mark.parametrize("cause", ["no drift", "runtime down", "API down"])
-async def test_a_request_waits_while_drift_cannot_be_known(node: Node, cause: str) -> None:
+@pytest.mark.parametrize("cause", ["no drift", "API down"])
+async def test_a_request_waits_acknowledged_while_drift_cannot_be_known(
+    node: Node, cause: str
+) -> None:
+    """The agent's view is not synced or the API server cannot be read: the request is taken
+    up (``running``, so the controller knows the agent is there), nothing is removed, and it is
+    answered once drift can be known."""
     node.api.request("r1")
     if cause == "no drift":
         node.drift = None
-    elif cause == "runtime down":
-        node.runtime.down = True
     else:
         node.api.list_error = ServerError(500, "InternalError")
     for _ in range(3):
         assert await node.cleanup.check_once() is None
     assert node.runtime.writes() == []
-    assert node.api.status() is None
+    ack = node.api.status()
+    assert ack is not None
+    assert (ack.id, ack.state) == ("r1", CleanupState.RUNNING)
+    assert len(node.api.written) == 1, "acknowledged once, not at every look"
     assert node.cleanup.totals() == CleanupTotals()
     # Once it can be known, the request is answered.
     node.drift = node.compute()
-    node.runtime.down = False
     node.api.list_error = None
     status = await node.cleanup.check_once()
     assert status is not None
     assert status.state is CleanupState.DONE
+    assert node.api.status() == status
+
+
+@pytest.mark.parametrize("how", ["calls fail", "sync loop says so"])
+async def test_a_runtime_that_cannot_be_read_is_answered_unavailable_at_the_second_look(
+    node: Node, how: str
+) -> None:
+    errors = {"error": ""}
+    cleanup = NodeCleanup(
+        NODE,
+        node=lambda: node.api.node,
+        drift=lambda: node.drift,
+        runtime=node.runtime,
+        runtime_error=lambda: errors["error"],
+        api=node.api,
+        clock=lambda: NOW,
+    )
+    node.api.request("r1")
+    if how == "calls fail":
+        node.runtime.down = True
+    else:  # the sync loop has no drift because the runtime is down, and says why
+        node.drift = None
+        errors["error"] = "rpc error: code = DeadlineExceeded"
+    assert await cleanup.check_once() is None  # the first look: acknowledged, looked at again
+    ack = node.api.status()
+    assert ack is not None
+    assert ack.state is CleanupState.RUNNING
+    status = await cleanup.check_once()
+    assert status is not None
+    assert (status.id, status.state) == ("r1", CleanupState.UNAVAILABLE)
+    assert status.error
+    assert node.api.status() == status
+    assert node.runtime.writes() == []
+    assert cleanup.totals() == CleanupTotals(unavailable=1, last_finished_at=NOW)
+    # Answered: the runtime coming back does not start it again; a new request would.
+    node.runtime.down = False
+    node.drift = node.compute()
+    errors["error"] = ""
+    assert await cleanup.check_once() is None
+    assert node.runtime.writes() == []
 
 
 async def test_a_failure_is_reported_and_only_a_new_id_retries(node: Node) -> None:
@@ -274,7 +321,9 @@ async def test_a_failure_is_reported_and_only_a_new_id_retries(node: Node) -> No
     retried = await node.cleanup.check_once()
     assert retried is not None
     assert (retried.id, retried.state, retried.removed_sandboxes) == ("r2", CleanupState.DONE, 1)
-    assert node.cleanup.totals() == CleanupTotals(1, 1, 1, 1, NOW)
+    assert node.cleanup.totals() == CleanupTotals(
+        done=1, failed=1, removed_sandboxes=1, removed_containers=1, last_finished_at=NOW
+    )
 
 
 async def test_a_failed_status_write_is_retried_without_cleaning_again(node: Node) -> None:

@@ -1,5 +1,6 @@
 """``nodesync demo`` (the README's first command) as a person runs it: start it, watch the
-summary until the hook has rolled the failed node back, press Ctrl-C, and nothing is left."""
+summary and the NodeRollbacks until the hook has rolled the failed node back, press Ctrl-C, and
+nothing is left."""
 
 from __future__ import annotations
 
@@ -50,6 +51,10 @@ def test_demo_rolls_the_failed_node_back_and_stops_cleanly_on_ctrl_c() -> None:
         shown = _read_until(proc, re.compile(r"^\s+prometheus\s+http://127\.0\.0\.1:\d+"), 90)
         assert "alertmanager" in shown
         shown += _read_until(proc, ROLLED_BACK, 90)
+        # The NodeRollbacks, as kubectl lists them: the node rollback finished.
+        shown += _read_until(proc, re.compile(r"real-1\s+rollback_node\s+Succeeded"), 30)
+        assert re.search(r"NAME\s+NODE\s+ACTION\s+PHASE\s+STEP", shown), shown
+        assert re.search(r"\s+evict_pod\s+Succeeded", shown), shown
         # The alerts that caused the rollback fired and were seen by a person.
         assert "NodesyncNewNodeNotReady(real-1)" in shown
         assert "NodesyncNewNodePodCrashLooping" in shown
