@@ -22,7 +22,7 @@ from exporter.agent.cleanup import NodeCleanup
 from exporter.agent.settings import AgentSettings
 from exporter.cri.client import CRIClient
 from exporter.cri.pb import api_pb2, api_pb2_grpc
-from exporter.model.cleanup import CleanupState, CleanupStatus
+from exporter.model.cleanup import ANSWERS, CleanupState, CleanupStatus
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
 from exporter.model.runtime import (
     LABEL_POD_NAME,
@@ -82,8 +82,8 @@ class Env:
         deadline = time.monotonic() + wait
         while True:
             status = CleanupStatus.from_json(self.annotations().get(CLEANUP_STATUS_ANNOTATION, ""))
-            if status is not None and status.id == request_id:
-                return status
+            if status is not None and status.id == request_id and status.state in ANSWERS:
+                return status  # an answer, not the acknowledgement (running)
             if time.monotonic() > deadline:
                 raise AssertionError(f"no answer to {request_id}: {self.annotations()}")
             await asyncio.sleep(0.05)
@@ -220,6 +220,7 @@ async def test_cleanup_removes_exactly_the_orphans_once_per_request(env: Env) ->
     assert series(text, "nodesync_cleanup_requests_total") == {
         labels(result="done"): 1.0,
         labels(result="failed"): 0.0,
+        labels(result="unavailable"): 0.0,
     }
     assert series(text, "nodesync_cleanup_removed_total") == {
         labels(kind="sandbox"): 2.0,
@@ -251,25 +252,36 @@ async def test_cleanup_removes_exactly_the_orphans_once_per_request(env: Env) ->
         assert {s.id for s in await cri.list_pod_sandboxes()} == {web.sandbox_id, current_job}
 
 
-async def test_a_request_waits_while_the_runtime_cannot_be_read(env: Env) -> None:
+async def test_a_frozen_runtime_is_answered_unavailable_and_a_new_request_cleans(
+    env: Env,
+) -> None:
+    """A containerd that does not answer cannot be cleaned: the request is acknowledged, then
+    answered ``unavailable`` (a node rollback goes on without the cleanup), nothing removed.
+    Once the runtime answers again, a new request cleans up."""
     endpoint = env.containerd.endpoint
     orphan = await run_pod(endpoint, "gone", "default", str(uuid.uuid4()), SLEEPER)
     await env.until(lambda t: _drift(t).get("orphan_sandbox") == 1, "the orphan")
     env.containerd.freeze()
     try:
-        # Without the runtime there is no drift: the request must wait, not fail.
         await env.until(lambda t: series(t, "nodesync_drift_pods") == {}, "drift to be unknown")
         env.request("r1")
-        await env.looked_at(CLEANUP_REQUEST_ANNOTATION, "the request")
-        assert CLEANUP_STATUS_ANNOTATION not in env.annotations()
+        status = await env.answer("r1", wait=30)
+        assert status.state is CleanupState.UNAVAILABLE
+        assert (status.removed_sandboxes, status.removed_containers) == (0, 0)
+        assert status.error
         text = await env.scrape()
         assert series(text, "nodesync_cleanup_requests_total") == {
             labels(result="done"): 0.0,
             labels(result="failed"): 0.0,
+            labels(result="unavailable"): 1.0,
         }
     finally:
         env.containerd.thaw()
-    status = await env.answer("r1", wait=30)
+    await env.until(lambda t: _drift(t).get("orphan_sandbox") == 1, "drift known again")
+    async with CRIClient(endpoint) as cri:
+        assert orphan.sandbox_id in {s.id for s in await cri.list_pod_sandboxes()}
+    env.request("r2")
+    status = await env.answer("r2", wait=30)
     assert (status.state, status.removed_sandboxes) == (CleanupState.DONE, 1)
     async with CRIClient(endpoint) as cri:
         assert orphan.sandbox_id not in {s.id for s in await cri.list_pod_sandboxes()}

@@ -408,30 +408,29 @@ async def test_a_read_only_journal_reads_beside_the_writer_and_never_writes(
     writer = await Journal.open(str(path), busy_timeout=0.05)
     reader = await Journal.open_read_only(str(path))
     try:
-        a = alert("aaaa")
-        await writer.record(payload(a), received_at=T0)
-        plan_id = await writer.save_plan(a.key, a_plan(a.key), dry_run=False, state=PlanState.DONE)
+        a, b = alert("aaaa"), alert("bbbb")
+        await writer.record(payload(a, b), received_at=T0)
+        decision = await writer.save_decision(a_decision(a.key))
         # The reader sees what the writer committed, and holds no lock the writer waits for
         # (the writer's busy timeout is 50 ms).
-        [record] = await reader.plans()
-        assert (record.id, record.state, record.plan) == (plan_id, PlanState.DONE, a_plan(a.key))
-        assert (await reader.counts()).alerts == {"firing": 1, "resolved": 0}
-        await writer.update_step(plan_id, 0, StepState.DONE, attempts=1)
-        assert (await reader.plans())[0].steps[0].state == StepState.DONE
+        assert await reader.decisions() == [decision]
+        assert (await reader.counts()).alerts == {"firing": 2, "resolved": 0}
+        await writer.save_decision(a_decision(b.key, "refused", reason="no_action"))
+        assert [d.verdict for d in await reader.decisions()] == ["plan", "refused"]
         with pytest.raises(JournalError, match="readonly"):
-            await reader.record(payload(alert("bbbb")), received_at=T0 + 1)
+            await reader.record(payload(alert("cccc")), received_at=T0 + 1)
         with pytest.raises(JournalError, match="readonly"):
-            await reader.update_plan(plan_id, PlanState.FAILED)
+            await reader.save_decision(a_decision(alert("cccc").key))
     finally:
         await writer.close()
     try:  # ... and after the writer closed (its WAL checkpointed and removed)
-        assert [p.state for p in await reader.plans()] == [PlanState.DONE]
+        assert [d.verdict for d in await reader.decisions()] == ["plan", "refused"]
     finally:
         await reader.close()
     again = await Journal.open_read_only(str(path))
     try:
-        assert [p.id for p in await again.plans()] == [plan_id]
-        assert again.last_counts.plans[PlanState.DONE] == 1
+        assert await again.decision(a.key) == decision
+        assert again.last_counts.decisions["plan"] == 1
     finally:
         await again.close()
 

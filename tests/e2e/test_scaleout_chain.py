@@ -76,6 +76,19 @@ async def test_a_failed_real_node_and_a_crash_loop_are_rolled_back_and_nothing_e
         await eventually(
             lambda: "NodesyncDeleteNode" in _event_reasons(chain, REAL), "the node deleted", 60
         )
+
+        # Both NodeRollbacks record the end: the node rollback and the eviction succeeded.
+        def phases() -> dict[str, str]:
+            return {
+                o["spec"]["nodeName"]: (o.get("status") or {}).get("phase", "")
+                for o in store.list("noderollbacks")
+            }
+
+        await eventually(
+            lambda: phases() == {REAL: "Succeeded", CRASHING_NODE: "Succeeded"},
+            "both NodeRollbacks to succeed",
+            30,
+        )
         # ... and evicts the crash-looping pod, whose kubelet confirms it gone.
         await eventually(
             lambda: store.try_get("pods", CRASHING_POD, namespace="default") is None,
@@ -115,11 +128,20 @@ async def test_a_failed_real_node_and_a_crash_loop_are_rolled_back_and_nothing_e
         assert chain.api.counters.count(verb="create", resource="pods/eviction") == 2
         node_writes = {w for w in writes if w.split()[1].startswith("nodes")}
         assert node_writes == {f"patch nodes/{REAL}", f"delete nodes/{REAL}"}
-        assert {w for w in writes if w not in node_writes and w not in evictions} == {
-            "create events"
+        # ... and their two NodeRollbacks: created, then advanced through their status.
+        rollbacks = {
+            o["spec"]["nodeName"]: o["metadata"]["name"] for o in store.list("noderollbacks")
         }
-        involved = {e["involvedObject"]["name"] for e in events(chain)}
-        assert involved == {REAL, CRASHING_POD}
+        assert set(rollbacks) == {REAL, CRASHING_NODE}
+        assert {w for w in writes if w not in node_writes and w not in evictions} == {
+            "create events",
+            "create noderollbacks",
+            *(f"update noderollbacks/{name}/status" for name in rollbacks.values()),
+        }
+        involved = {(e["involvedObject"]["name"], e["reason"]) for e in events(chain)}
+        assert {name for name, _ in involved} == {REAL, CRASHING_POD, CRASHING_NODE}
+        # On the crash-looping pod's node, only where to follow its rollback.
+        assert {r for name, r in involved if name == CRASHING_NODE} == {"NodesyncRollback"}
 
         # Every healthy node untouched: no cordon, taint, nodesync annotation, eviction.
         for plan in chain.sim.layout.nodes:

@@ -14,6 +14,7 @@ def test_before_any_cleanup_the_counters_are_zero_and_there_is_no_timestamp() ->
     assert series(text, "nodesync_cleanup_requests_total") == {
         labels(result="done"): 0.0,
         labels(result="failed"): 0.0,
+        labels(result="unavailable"): 0.0,
     }
     assert series(text, "nodesync_cleanup_removed_total") == {
         labels(kind="sandbox"): 0.0,
@@ -24,12 +25,18 @@ def test_before_any_cleanup_the_counters_are_zero_and_there_is_no_timestamp() ->
 
 def test_totals_are_exported() -> None:
     totals = CleanupTotals(
-        done=3, failed=1, removed_sandboxes=5, removed_containers=2, last_finished_at=NOW
+        done=3,
+        failed=1,
+        unavailable=2,
+        removed_sandboxes=5,
+        removed_containers=2,
+        last_finished_at=NOW,
     )
     text = render(cleanup_families(totals))
     assert series(text, "nodesync_cleanup_requests_total") == {
         labels(result="done"): 3.0,
         labels(result="failed"): 1.0,
+        labels(result="unavailable"): 2.0,
     }
     assert series(text, "nodesync_cleanup_removed_total") == {
         labels(kind="sandbox"): 5.0,
