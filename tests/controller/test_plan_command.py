@@ -21,7 +21,6 @@ from tests.controller.executor_harness import STARTED, lease_object, node_object
 DAY = 86_400.0
 
 
-
 @pytest.fixture
 async def server() -> AsyncIterator[APIServer]:
     async with APIServer() as srv:

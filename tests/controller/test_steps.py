@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from exporter.controller.settings import ExecutorSettings
 from exporter.controller.steps import (
     AGENT_UNREACHABLE,
     CLEANUP_FAILED,
@@ -32,7 +33,6 @@ from exporter.controller.steps import (
     Wait,
     request_id,
 )
-from exporter.controller.settings import ExecutorSettings
 from exporter.kube.api import KubeAPI
 from exporter.kube.writer import KubeWriter
 from exporter.model.kube import TAINT_NODESYNC
