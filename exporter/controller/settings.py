@@ -266,6 +266,10 @@ class ExecutorSettings:
                 "need --leader-elect-retry-period < --leader-elect-renew-deadline < "
                 "--leader-elect-lease-duration"
             )
+        if self.rollback_retention < self.policy.max_rollbacks_window:
+            # The blast-radius budget counts the NodeRollbacks of the window: one deleted
+            # before the window ends would no longer count.
+            raise ValueError("--rollback-retention must be at least --max-rollbacks-window")
 
     @property
     def leader_identity(self) -> str:

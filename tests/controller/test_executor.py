@@ -793,7 +793,7 @@ async def test_a_paused_rollback_waits_before_its_next_step(b: Bench) -> None:
 async def test_finished_rollbacks_are_deleted_after_the_retention(b: Bench) -> None:
     b.add_node("new-1")
     await b.wait_cluster(1)
-    executor = b.executor(settings(rollback_retention=0.2))
+    executor = b.executor(settings(rollback_retention=0.2, max_rollbacks_window=0.2))
     await b.deliver(alert("new-1"))
     await b.settled(executor)
     assert len(b.rollbacks()) == 1

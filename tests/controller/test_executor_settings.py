@@ -107,3 +107,18 @@ def test_a_malformed_environment_value_names_the_variable(
     with pytest.raises(SystemExit):
         parse([], {"NODESYNC_DELETE_NODES": "sometimes"})
     assert "NODESYNC_DELETE_NODES" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--leader-elect-retry-period", "12s"], "--leader-elect-retry-period"),
+        (["--leader-elect-lease-duration", "5s"], "--leader-elect-lease-duration"),
+        (["--rollback-retention", "30m"], "--rollback-retention"),
+    ],
+)
+def test_settings_that_contradict_each_other_are_refused_naming_the_flags(
+    argv: list[str], flag: str
+) -> None:
+    with pytest.raises(ValueError, match=flag):
+        parse(argv)

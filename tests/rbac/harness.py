@@ -359,6 +359,7 @@ async def controller(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Controll
         eviction_timeout=2.0,
         cleanup_timeout=20.0,
         rollback_retention=0.5,
+        max_rollbacks_window=0.5,
     )
     assert hook.leader_elect
     assert hook.policy.delete_nodes
