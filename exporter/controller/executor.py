@@ -50,6 +50,7 @@ from exporter.controller.steps import (
     StepError,
     StepRunner,
     Wait,
+    request_id,
 )
 from exporter.kube.errors import KubeError
 from exporter.kube.informer import Backoff
@@ -69,6 +70,7 @@ from exporter.model.rollback import (
     NodeRollback,
     Phase,
     RollbackStatus,
+    StepKind,
     StepState,
 )
 from exporter.model.rollback_state import (
@@ -78,6 +80,7 @@ from exporter.model.rollback_state import (
     finish_step,
     initial_status,
     replan,
+    set_request,
     start_step,
     touched,
     wait_step,
@@ -416,7 +419,7 @@ class Executor:
             if rollback.status.steps[index].state is StepState.PENDING:
                 now = self._clock()  # the intent, before the effect
                 started = await self._writes.change_status(
-                    name, lambda r: start_step(r.status, index, now, pre.observed)
+                    name, lambda r: _intent(r, index, now, pre.observed)
                 )
             # else: running already (its intent recorded): resumed after a wait or a restart
             if started is None:
@@ -536,6 +539,16 @@ class Executor:
                 "action_required": status.action_required,
             },
         )
+
+
+def _intent(
+    rollback: NodeRollback, index: int, now: float, observed: dict[str, str] | None
+) -> RollbackStatus:
+    """Step ``index`` recorded running; a cleanup also records the request id it sends."""
+    status = start_step(rollback.status, index, now, observed)
+    if status.steps[index].kind is StepKind.CLEANUP_RUNTIME:
+        status = set_request(status, index, request_id(rollback))
+    return status
 
 
 # ---------------------------------------------------------------- the controller app

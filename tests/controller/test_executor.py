@@ -28,6 +28,7 @@ from exporter.model.rollback import (
     Action,
     NodeRollback,
     Phase,
+    StepKind,
     StepState,
 )
 from exporter.model.rollback_state import (
@@ -104,6 +105,7 @@ async def test_the_same_alert_three_times_runs_each_step_once(b: Bench) -> None:
     annotations = node["metadata"]["annotations"]
     # The request id is the NodeRollback's uid: no earlier rollback's answer can match it.
     assert annotations[CLEANUP_REQUEST_ANNOTATION] == rollback.uid
+    assert rollback.status.steps[3].request == rollback.uid  # and the status records it
     assert json.loads(annotations[CLEANUP_STATUS_ANNOTATION])["state"] == "done"
     # every effect once: cordon, taint, cleanup request; one eviction; one Event per step and
     # one for the decision; one NodeRollback
@@ -168,6 +170,8 @@ async def test_a_stronger_alert_escalates_the_nodes_rollback(b: Bench) -> None:
     # the cleanup ran again after the drain, with a request of its own
     request = b.node("new-1")["metadata"]["annotations"][CLEANUP_REQUEST_ANNOTATION]
     assert request == f"{rollback.uid}-2"
+    [cleanup] = [s for s in rollback.status.steps if s.kind is StepKind.CLEANUP_RUNTIME]
+    assert cleanup.request == request
     assert [d.verdict for d in await b.decisions()] == ["plan", "escalate"]
 
 
