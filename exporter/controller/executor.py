@@ -490,6 +490,7 @@ class Executor:
         """Record the outcome: the Event first (named after the rollback's uid, so a second
         record is refused), then the status; a recovered node is given back before."""
         kind = rollback.status.steps[index].kind
+        target = target or await self._steps.event_target(rollback, index)
         await self._audit.step(rollback, index, result.state, result.message, target)
         if result.stop is Phase.CANCELLED and result.reason == RECOVERED:
             undone = await self._steps.undo(rollback)

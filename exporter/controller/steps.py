@@ -475,6 +475,25 @@ class StepRunner:
                 )
         return StepResult(StepState.DONE, f"node {node.name} is {what}")
 
+    async def event_target(self, rollback: NodeRollback, index: int) -> ObjectRef:
+        """What the Event of step ``index``'s outcome is about: the pod of an eviction (with
+        its uid, read now when the spec has none, so ``kubectl describe pod`` shows it), else
+        the node."""
+        target = rollback.spec.pod
+        if rollback.status.steps[index].kind is not StepKind.EVICT_POD or target is None:
+            return node_ref(rollback)
+        uid = target.uid
+        if not uid:
+            try:
+                pods = await self._writer.list_pods_on_node(rollback.spec.node)
+            except KubeError:
+                pods = []
+            uid = next(
+                (p.uid for p in pods if (p.namespace, p.name) == (target.namespace, target.name)),
+                "",
+            )
+        return ObjectRef("Pod", target.namespace, target.name, uid)
+
     # ------------------------------------------------------------------ giving back
 
     async def undo(self, rollback: NodeRollback) -> list[str]:
