@@ -1,0 +1,183 @@
+"""Issue 12's crash acceptance on the real kube-apiserver: a controller SIGKILLed between an
+effect and its record, at every kind of step, leaves a record that matches the cluster once it
+restarts, and the effect is not repeated.
+
+Deterministic, not timed: the controller talks to the API server through a test proxy that lets
+the step's effect through (the cordon patch, the taint patch, an eviction, the cleanup request,
+the node's deletion; for verify, which changes nothing, the write of its intent) and holds every
+request after it, so neither its outcome nor its Event reaches the server; then the test kills
+it. The same controller restarts (its journal, no leader election) and finishes the rollback.
+The API server's audit log counts the effects.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from tests.support.controllers import (
+    NODE_ROLLBACK_EVENTS,
+    ROLLBACK_ARGS,
+    Scene,
+    alert,
+    cleanup_request_on,
+    cordon_of,
+    delete_of,
+    eviction_in,
+    step_recorded,
+    steps,
+    taint_of,
+)
+from tests.support.kubeproxy import Predicate
+
+pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(120)]
+
+NODE_STEPS = ("cordon", "taint", "drain", "cleanup_runtime", "verify", "delete_node")
+
+
+@dataclass(frozen=True)
+class Crash:
+    """Where the first controller dies: the request it makes last, for a node and a namespace."""
+
+    step: str
+    trap: Callable[[str, str], Predicate]
+
+
+CRASHES = [
+    Crash("cordon", lambda node, ns: cordon_of(node)),
+    Crash("taint", lambda node, ns: taint_of(node)),
+    Crash("drain", lambda node, ns: eviction_in(ns)),
+    Crash("evict_pod", lambda node, ns: eviction_in(ns)),
+    Crash("cleanup_runtime", lambda node, ns: cleanup_request_on(node)),
+    Crash("verify", lambda node, ns: step_recorded("verify", "running")),
+    Crash("delete_node", lambda node, ns: delete_of(node)),
+]
+
+
+@pytest.mark.parametrize("crash", CRASHES, ids=[c.step for c in CRASHES])
+def test_killed_between_an_effect_and_its_record_the_restart_records_the_truth(
+    scene: Scene, crash: Crash
+) -> None:
+    node = scene.add_node("1")
+    node_uid = scene.get_node(node)["metadata"]["uid"]  # type: ignore[index]
+    pods = [f"{node}-a", f"{node}-b"]
+    for pod in pods:
+        scene.add_pod(pod, node)
+    evict_one = crash.step == "evict_pod"
+    sent = (
+        alert(node, "evict_pod", namespace=scene.namespace, pod=pods[0])
+        if evict_one
+        else alert(node)
+    )
+    proxy = scene.proxy("first")
+    proxy.trap(crash.trap(node, scene.namespace))
+    first = scene.controller("first", *ROLLBACK_ARGS, proxy=proxy, leader_elect=False)
+    scene.deliver([first], sent)
+    scene.until(proxy.sprung.is_set, f"the controller's {crash.step} effect")
+    first.kill()
+
+    [crashed] = scene.rollbacks()
+    assert steps(crashed)[crash.step]["state"] == "running"  # the intent, no outcome
+    # The same replica comes back (its journal), and Alertmanager sends the alert again.
+    again = scene.controller("again", *ROLLBACK_ARGS, leader_elect=False, journal=first.journal)
+    scene.deliver([again], sent)
+    scene.until(
+        lambda: scene.phases() == ["Succeeded"],
+        "the restarted controller to finish the rollback",
+    )
+
+    [rollback] = scene.rollbacks()
+    uid = rollback["metadata"]["uid"]
+    if evict_one:
+        assert [(s["name"], s["state"]) for s in rollback["status"]["steps"]] == [
+            ("evict_pod", "done")
+        ]
+        scene.wait_audited("eviction", pods[0])
+        assert scene.effects() == Counter({("eviction", pods[0]): 1})
+        assert scene.get_node(node)["spec"].get("unschedulable") is None  # type: ignore[index]
+        scene.until(
+            lambda: (
+                Counter(e["reason"] for e in scene.pod_events(pods[0]))
+                == Counter(["NodesyncEvictPod"])
+            ),
+            "the eviction's Event on the pod",
+        )
+        [event] = scene.pod_events(pods[0])
+        assert event["involvedObject"]["kind"] == "Pod"
+        return
+
+    assert [(s["name"], s["state"]) for s in rollback["status"]["steps"]] == [
+        (step, "done") for step in NODE_STEPS
+    ]
+    assert steps(rollback)["cordon"]["madeChange"] is True
+    assert steps(rollback)["taint"]["madeChange"] is True
+    assert steps(rollback)["cleanup_runtime"]["request"] == uid
+    assert "node_gone" not in str(rollback["status"])  # the deletion was nodesync's
+    assert scene.get_node(node) is None
+    scene.wait_audited("delete_node", node)
+    assert scene.effects() == Counter(
+        {
+            ("cordon", node): 1,
+            ("taint", node): 1,
+            ("eviction", pods[0]): 1,
+            ("eviction", pods[1]): 1,
+            ("cleanup_request", node): 1,
+            ("delete_node", node): 1,
+        }
+    )
+    assert scene.answered == [(node, uid)]
+    scene.until(
+        lambda: scene.event_reasons(node) == Counter(NODE_ROLLBACK_EVENTS),
+        "one Event per step, NodesyncDeleteNode included",
+    )
+    assert {e["involvedObject"]["uid"] for e in scene.events(node)} == {node_uid}
+
+
+# ---------------------------------------------------------------- a crash, then the node recovers
+
+
+@pytest.mark.parametrize("crash", CRASHES[:2], ids=[c.step for c in CRASHES[:2]])
+def test_a_rollback_cancelled_after_a_crash_gives_back_the_cordon_it_made(
+    scene: Scene, crash: Crash
+) -> None:
+    """Killed right after its cordon (or its taint), before recording it; the node recovers
+    before the controller is back: the rollback is cancelled and the node given back, exactly
+    as without the crash."""
+    node = scene.add_node("1")
+    proxy = scene.proxy("first")
+    proxy.trap(crash.trap(node, scene.namespace))
+    first = scene.controller("first", *ROLLBACK_ARGS, proxy=proxy, leader_elect=False)
+    scene.deliver([first], alert(node))
+    scene.until(proxy.sprung.is_set, f"the controller's {crash.step}")
+    first.kill()
+    assert steps(scene.rollbacks()[0])[crash.step]["state"] == "running"
+    cordoned = scene.get_node(node)
+    assert cordoned is not None
+    assert cordoned["spec"]["unschedulable"] is True
+
+    scene.recover(node)  # Ready again, its Lease renewed, before the controller is back
+    again = scene.controller("again", *ROLLBACK_ARGS, leader_elect=False, journal=first.journal)
+    scene.until(
+        lambda: scene.phases() == ["Cancelled"],
+        "the restarted controller to cancel the rollback",
+    )
+    assert again.running
+    [rollback] = scene.rollbacks()
+    assert rollback["status"]["reason"] == "recovered"
+    given_back = scene.get_node(node)
+    assert given_back is not None
+    assert not given_back["spec"].get("unschedulable")
+    assert "nodesync.io/rollback" not in {t["key"] for t in given_back["spec"].get("taints") or ()}
+    undone = Counter({("uncordon", node): 1})
+    made = Counter({("cordon", node): 1})
+    if crash.step == "taint":
+        undone[("untaint", node)] = 1
+        made[("taint", node)] = 1
+    scene.until(lambda: scene.effects() == made + undone, "the node to be given back, once")
+    scene.until(
+        lambda: scene.event_reasons(node)["NodesyncUndone"] == 1,
+        "the NodesyncUndone Event",
+    )
