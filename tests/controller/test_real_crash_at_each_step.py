@@ -75,15 +75,18 @@ def test_killed_between_an_effect_and_its_record_the_restart_records_the_truth(
     proxy = scene.proxy("first")
     proxy.trap(crash.trap(node, scene.namespace))
     first = scene.controller("first", *ROLLBACK_ARGS, proxy=proxy, leader_elect=False)
+    # The same replica once it comes back (its journal); its interpreter starts now.
+    again = scene.controller(
+        "again", *ROLLBACK_ARGS, leader_elect=False, journal=first.journal, start=False
+    )
     scene.deliver([first], sent)
     scene.until(proxy.sprung.is_set, f"the controller's {crash.step} effect")
     first.kill()
 
     [crashed] = scene.rollbacks()
     assert steps(crashed)[crash.step]["state"] == "running"  # the intent, no outcome
-    # The same replica comes back (its journal), and Alertmanager sends the alert again.
-    again = scene.controller("again", *ROLLBACK_ARGS, leader_elect=False, journal=first.journal)
-    scene.deliver([again], sent)
+    again.start()
+    scene.deliver([again], sent)  # Alertmanager sends the alert again
     scene.until(
         lambda: scene.phases() == ["Succeeded"],
         "the restarted controller to finish the rollback",
@@ -150,6 +153,9 @@ def test_a_rollback_cancelled_after_a_crash_gives_back_the_cordon_it_made(
     proxy = scene.proxy("first")
     proxy.trap(crash.trap(node, scene.namespace))
     first = scene.controller("first", *ROLLBACK_ARGS, proxy=proxy, leader_elect=False)
+    again = scene.controller(
+        "again", *ROLLBACK_ARGS, leader_elect=False, journal=first.journal, start=False
+    )
     scene.deliver([first], alert(node))
     scene.until(proxy.sprung.is_set, f"the controller's {crash.step}")
     first.kill()
@@ -159,7 +165,7 @@ def test_a_rollback_cancelled_after_a_crash_gives_back_the_cordon_it_made(
     assert cordoned["spec"]["unschedulable"] is True
 
     scene.recover(node)  # Ready again, its Lease renewed, before the controller is back
-    again = scene.controller("again", *ROLLBACK_ARGS, leader_elect=False, journal=first.journal)
+    again.start()
     scene.until(
         lambda: scene.phases() == ["Cancelled"],
         "the restarted controller to cancel the rollback",

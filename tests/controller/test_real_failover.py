@@ -39,9 +39,10 @@ def test_a_leader_killed_after_the_cordon_the_other_controller_finishes_the_roll
         scene.add_pod(pod, node)
     proxy = scene.proxy("first")
     proxy.trap(cordon_of(node))
+    second = scene.controller("second", *ROLLBACK_ARGS, start=False)  # its imports meanwhile
     first = scene.controller("first", *ROLLBACK_ARGS, proxy=proxy)
     scene.until(lambda: scene.leader() == first.identity, "the first controller to lead")
-    second = scene.controller("second", *ROLLBACK_ARGS)
+    second.start()
     assert second.post_alerts(payload(alert(node))) == 503  # a follower sends Alertmanager on
 
     assert scene.deliver([second, first], alert(node)) is first
@@ -107,9 +108,10 @@ def test_the_blast_radius_holds_across_a_failover(scene: Scene) -> None:
     args = (*ROLLBACK_ARGS, "--max-rollbacks=2")
     proxy = scene.proxy("first")
     proxy.trap(rollback_created())
+    second = scene.controller("second", *args, start=False)
     first = scene.controller("first", *args, proxy=proxy)
     scene.until(lambda: scene.leader() == first.identity, "the first controller to lead")
-    second = scene.controller("second", *args)
+    second.start()
     alerts = [alert(n) for n in nodes]
 
     assert scene.deliver([first, second], *alerts) is first

@@ -62,6 +62,9 @@ START_TIMEOUT = 60.0
 #: The default deadline of :meth:`Scene.until`: generous, as nothing here is timing-based.
 DEADLINE = 60.0
 POLL = 0.05
+#: What tests/support/warm_start.py prints once its imports are done (not imported from there:
+#: importing it is what makes a process warm).
+WARM = "warm: waiting for SIGUSR1"
 WEBHOOK_TOKEN = "acceptance-" + secrets.token_hex(8)
 
 #: Leader election short enough for a test, long enough for two busy cores.
@@ -175,10 +178,73 @@ def controller_rbac(noderollback_crd: LocalKubeAPIServer) -> Iterator[LocalKubeA
 # ---------------------------------------------------------------- a controller process
 
 
+@dataclass
+class Warm:
+    """An interpreter with the controller's modules imported (tests/support/warm_start.py),
+    waiting for its arguments."""
+
+    process: ChildProcess
+    argv_file: Path
+
+
+class WarmPool:
+    """A few :class:`Warm` processes kept ready: a controller taken from here starts in well
+    under a second, and the next one's imports run while the test works."""
+
+    def __init__(self, directory: Path, size: int = 2) -> None:
+        self.directory = directory
+        self.size = size
+        self._launched = 0
+        self._ready: list[Warm] = []
+        self._taken: list[Warm] = []
+        self._fill()
+
+    def _fill(self) -> None:
+        while len(self._ready) < self.size:
+            self._launched += 1
+            name = f"controller-{self._launched}"
+            argv_file = self.directory / f"{name}.argv.json"
+            env = {
+                **os.environ,
+                "NODESYNC_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
+                "PYTHONPATH": str(REPO_ROOT),
+            }
+            process = ChildProcess(
+                [sys.executable, "-m", "tests.support.warm_start", str(argv_file)],
+                log_path=self.directory / f"{name}.log",
+                cwd=REPO_ROOT,
+                env=env,
+                name=name,
+            )
+            process.start()
+            self._ready.append(Warm(process, argv_file))
+
+    def take(self) -> Warm:
+        warm = self._ready.pop(0)
+        self._taken.append(warm)
+        self._fill()
+        return warm
+
+    def close(self) -> None:
+        """Kill every process launched (by PID), idle or not."""
+        for warm in self._taken + self._ready:
+            warm.process.kill()
+        self._ready, self._taken = [], []
+
+
+@pytest.fixture(scope="module")
+def warm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmPool]:
+    pool = WarmPool(tmp_path_factory.mktemp("controllers"))
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
 class Controller:
-    """One ``nodesync controller`` subprocess (``python -m exporter``), its own journal and port,
-    talking to the API server through ``proxy`` (its own, so the test can stop it at an exact
-    request) or directly."""
+    """One ``nodesync controller`` process (``python -m exporter controller ...``, from a
+    :class:`WarmPool`): its own journal and port, talking to the API server through ``proxy``
+    (its own, so the test can stop it at an exact request) or directly."""
 
     def __init__(
         self,
@@ -197,16 +263,12 @@ class Controller:
         self.identity = identity
         self.port = free_port()
         self.journal = journal or scene.workdir / f"{name}.journal.db"
-        self.log = scene.workdir / f"{name}.log"
         kubeconfig = scene.workdir / f"{name}.kubeconfig"
         if proxy is not None:
             proxy.kubeconfig(CONTROLLER, kubeconfig)
         else:
             kubeconfig.write_text(scene.server.kubeconfig(CONTROLLER).read_text())
-        argv = [
-            sys.executable,
-            "-m",
-            "exporter",
+        self.argv = [
             "controller",
             f"--kubeconfig={kubeconfig}",
             f"--web.listen-address=127.0.0.1:{self.port}",
@@ -215,15 +277,18 @@ class Controller:
             "--log-level=info",
         ]
         if leader_elect:
-            argv += [
+            self.argv += [
                 *LEADER_ELECTION,
                 f"--leader-elect-namespace={scene.namespace}",
                 f"--leader-elect-name={LEADER_LEASE}",
                 f"--leader-elect-identity={identity}",
             ]
-        argv += list(args)
-        env = {**os.environ, "NODESYNC_WEBHOOK_TOKEN": WEBHOOK_TOKEN, "PYTHONPATH": str(REPO_ROOT)}
-        self.process = ChildProcess(argv, log_path=self.log, cwd=REPO_ROOT, env=env, name=name)
+        self.argv += list(args)
+        warm = scene.pool.take()
+        self.process = warm.process
+        self._argv_file = warm.argv_file
+        self.log = warm.process.log_path
+        self.started = False
 
     @property
     def url(self) -> str:
@@ -231,10 +296,18 @@ class Controller:
 
     @property
     def running(self) -> bool:
-        return self.process.running
+        return self.started and self.process.running
 
     def start(self) -> Controller:
-        self.process.start()
+        """Run the controller and wait until it is ready."""
+        self.process.wait_until(
+            lambda: WARM in self.log.read_text(errors="replace"),
+            timeout=START_TIMEOUT,
+            what="warm (its imports done)",
+        )
+        self._argv_file.write_text(json.dumps(self.argv))
+        self.started = True
+        self.process.signal(signal.SIGUSR1)
         self.process.wait_until(
             lambda: self._get("/readyz") == 200,
             timeout=START_TIMEOUT,
@@ -281,11 +354,8 @@ class Controller:
             self.proxy.release()
 
     def stop(self) -> None:
-        """SIGTERM (SIGKILL after a deadline); a held controller is killed at once."""
-        if self.proxy is not None and self.proxy.holding:
-            self.process.kill()
-        else:
-            self.process.stop()
+        """At the end of a test: SIGKILL (nothing of its shutdown is under test here)."""
+        self.process.kill()
         if self.proxy is not None:
             self.proxy.release()
 
@@ -478,6 +548,7 @@ class Scene:
     server: LocalKubeAPIServer
     namespace: str
     workdir: Path
+    pool: WarmPool
     case: str = field(default_factory=lambda: secrets.token_hex(3))
     nodes: list[str] = field(default_factory=list)
     controllers: list[Controller] = field(default_factory=list)
@@ -689,8 +760,9 @@ class Scene:
         journal: Path | None = None,
         start: bool = True,
     ) -> Controller:
-        """A controller (started unless ``start`` is false); ``journal``: another one's file,
-        as the same replica restarted."""
+        """A controller, started; with ``start`` false only taken from the pool (for
+        :meth:`Controller.start` later, e.g. as a restart). ``journal``: another one's file, as
+        the same replica restarted."""
         controller = Controller(
             self,
             name,
@@ -701,9 +773,7 @@ class Scene:
             journal=journal,
         )
         self.controllers.append(controller)
-        if start:
-            controller.start()
-        return controller
+        return controller.start() if start else controller
 
     def leader(self) -> str:
         """The holder of this scene's leader Lease ("" when none)."""
@@ -826,14 +896,16 @@ class Scene:
 
 
 @pytest.fixture
-def scene(controller_rbac: LocalKubeAPIServer, tmp_path: Path) -> Iterator[Scene]:
+def scene(
+    controller_rbac: LocalKubeAPIServer, warm_pool: WarmPool, tmp_path: Path
+) -> Iterator[Scene]:
     server = controller_rbac
     namespace = create_namespace(server, "acc-")
     for doc in _rbac_docs(LEADER_ELECTION_RBAC):  # the leader Lease's Role, in this namespace
         doc["metadata"]["namespace"] = namespace
         collection, _ = _rbac_path(doc)
         server.ok("POST", collection, doc)
-    made = Scene(server, namespace, tmp_path)
+    made = Scene(server, namespace, tmp_path, warm_pool)
     made._audit_start = server.audit_log.read_bytes().rfind(b"\n") + 1  # after the last line
     try:
         yield made
