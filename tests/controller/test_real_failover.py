@@ -33,7 +33,7 @@ def test_a_leader_killed_after_the_cordon_the_other_controller_finishes_the_roll
     scene: Scene,
 ) -> None:
     node = scene.add_node("1")
-    node_uid = scene.get_node(node)["metadata"]["uid"]  # type: ignore[index]
+    node_uid = scene.node(node)["metadata"]["uid"]
     pods = [f"{node}-a", f"{node}-b"]
     for pod in pods:
         scene.add_pod(pod, node)
@@ -50,7 +50,7 @@ def test_a_leader_killed_after_the_cordon_the_other_controller_finishes_the_roll
     first.kill()  # right after the cordon: its record of the cordon never reached the server
     [started] = scene.rollbacks()
     assert steps(started)["cordon"]["state"] == "running"  # the intent, and no outcome
-    assert scene.get_node(node)["spec"]["unschedulable"] is True  # type: ignore[index]
+    assert scene.node(node)["spec"]["unschedulable"] is True
 
     # Alertmanager sends the group again at its next interval; the new leader takes it.
     assert scene.deliver([first, second], alert(node)) is second
@@ -69,8 +69,13 @@ def test_a_leader_killed_after_the_cordon_the_other_controller_finishes_the_roll
         ("verify", "done"),
         ("delete_node", "done"),
     ]
-    assert steps(rollback)["cordon"]["madeChange"] is True  # nodesync's cordon, crash or not
+    assert all(s["startedAt"] and s["finishedAt"] for s in status["steps"])
+    # The cordon was the first leader's: its intent says the node was not cordoned before.
+    assert steps(rollback)["cordon"]["madeChange"] is True
     assert steps(rollback)["cordon"]["observed"] == {"before": "absent"}
+    assert "before a restart" in steps(rollback)["cordon"]["message"]
+    assert steps(rollback)["cordon"]["attempts"] == 1  # resumed, not started again
+    assert "evicted 2 pods" in steps(rollback)["drain"]["message"]
     assert steps(rollback)["taint"]["madeChange"] is True
     assert steps(rollback)["cleanup_runtime"]["request"] == rollback["metadata"]["uid"]
     assert scene.answered == [(node, rollback["metadata"]["uid"])]

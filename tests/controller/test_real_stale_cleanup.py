@@ -70,8 +70,7 @@ def test_a_cleanup_answer_left_by_an_earlier_rollback_never_answers_a_new_one(
         assert steps(rollback)["cleanup_runtime"]["reason"] == "cleanup_timeout"
         assert steps(rollback)["cleanup_runtime"]["request"] == uid != old
         assert status["actionRequired"]
-        kept = scene.get_node(node)
-        assert kept is not None  # not deleted
+        kept = scene.node(node)  # not deleted
         assert kept["spec"]["unschedulable"] is True  # left cordoned, for a person
         annotations = kept["metadata"]["annotations"]
         assert annotations[CLEANUP_REQUEST] == uid  # the new request, never answered

@@ -7,6 +7,8 @@ Fixtures:
   shipped RBAC applied (deploy/base/controller-rbac.yaml and the delete-nodes component), so the
   controllers run as the ``nodesync-controller`` service account with exactly the permissions
   they ship with. Removed after the module, and checked to be refused again.
+- ``warm_pool`` (module): interpreters started ahead with the controller's modules imported
+  (tests/support/warm_start.py), each of which becomes one ``python -m exporter controller``.
 - ``scene``: one test's world on that server (:class:`Scene`): uniquely named Nodes with their
   Leases and pods, controllers (each with its own journal, port and optional
   :class:`~tests.support.kubeproxy.KubeProxy`), and the parts nobody runs on this server, played
@@ -653,11 +655,16 @@ class Scene:
         node: dict[str, Any] = answer.body
         return node
 
+    def node(self, name: str) -> dict[str, Any]:
+        """The Node, which must exist."""
+        node = self.get_node(name)
+        assert node is not None, f"node {name} is gone"
+        return node
+
     def recover(self, name: str) -> None:
         """The node's kubelet is back: Ready True, its Lease renewed now."""
         now = time.time()
-        node = self.get_node(name)
-        assert node is not None
+        node = self.node(name)
         node["status"]["conditions"] = [
             {
                 "type": "Ready",
