@@ -373,6 +373,9 @@ class Executor:
         cancel one whose alerts all resolved before it started."""
         status = rollback.status
         if status.observed_generation == 0:
+            # Its creator died before this status and the decision's Event: record it (once,
+            # by key), else the rollback would have none.
+            await self._audit.decided(rollback, rollback.spec.trigger.alertname)
             fresh = initial_status(rollback.spec, rollback.generation)
             return await self._writes.change_status(
                 rollback.name, lambda r: fresh if r.status.observed_generation == 0 else None
