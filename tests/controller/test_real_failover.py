@@ -147,3 +147,6 @@ def test_the_blast_radius_holds_across_a_failover(scene: Scene) -> None:
         "both rollbacks to finish",
     )
     assert len(scene.rollbacks()) == 2
+    # Each decision has its Event, also the one whose decider died right after creating it.
+    for node in rolled:
+        assert scene.event_reasons(node)["NodesyncRollback"] == 1, node
