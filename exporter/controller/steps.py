@@ -498,19 +498,19 @@ class StepRunner:
 
     async def undo(self, rollback: NodeRollback) -> list[str]:
         """Give a node back: remove the taint and the cordon this rollback made (or may have
-        made, as its record says). Returns what was undone."""
+        made, as its record says). Returns what was given back, also what was found given back
+        already (by a run that died before recording it)."""
         kinds = to_undo(rollback.status)
         undone: list[str] = []
         name = rollback.spec.node
         try:
             if StepKind.TAINT in kinds:
                 result = await self._writer.remove_taint(name, ROLLBACK_TAINT.key)
-                if result.changed:
-                    undone.append(f"removed taint {ROLLBACK_TAINT.key}")
+                key = ROLLBACK_TAINT.key
+                undone.append(f"removed taint {key}" if result.changed else f"no taint {key}")
             if StepKind.CORDON in kinds:
                 result = await self._writer.uncordon(name)
-                if result.changed:
-                    undone.append("uncordoned")
+                undone.append("uncordoned" if result.changed else "not cordoned")
         except KubeError as exc:
             raise StepError(exc, node_ref(rollback)) from exc
         return undone
