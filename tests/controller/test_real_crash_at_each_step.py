@@ -32,6 +32,7 @@ from tests.support.controllers import (
     step_recorded,
     steps,
     taint_of,
+    uncordon_of,
 )
 from tests.support.kubeproxy import Predicate
 
@@ -193,4 +194,46 @@ def test_a_rollback_cancelled_after_a_crash_gives_back_the_cordon_it_made(
     scene.until(
         lambda: scene.event_reasons(node)["NodesyncUndone"] == 1,
         "the NodesyncUndone Event",
+    )
+
+
+def test_killed_while_giving_a_recovered_node_back_the_restart_finishes_it(scene: Scene) -> None:
+    """The node recovers while its rollback waits for the agent; the controller removes its
+    taint, lifts its cordon, and dies before recording it. After the restart the record says
+    the node was given back, as it was."""
+    node = scene.add_node("1")
+    scene.agent_answers = False  # the rollback waits for the agent
+    proxy = scene.proxy("first")
+    proxy.trap(uncordon_of(node))
+    first = scene.controller("first", *ROLLBACK_ARGS, proxy=proxy, leader_elect=False)
+    again = scene.controller(
+        "again", *ROLLBACK_ARGS, leader_elect=False, journal=first.journal, start=False
+    )
+    scene.deliver([first], alert(node))
+    scene.until(
+        lambda: [steps(r)["cleanup_runtime"]["state"] for r in scene.rollbacks()] == ["running"],
+        "the rollback to wait for the agent",
+    )
+    scene.recover(node)
+    scene.until(proxy.sprung.is_set, "the controller to lift the cordon")
+    first.kill()
+    assert scene.phases() == ["Waiting"]  # given back, and not recorded
+
+    again.start()
+    scene.until(lambda: scene.phases() == ["Cancelled"], "the restart to cancel the rollback")
+    [rollback] = scene.rollbacks()
+    assert rollback["status"]["reason"] == "recovered"
+    assert not scene.node(node)["spec"].get("unschedulable")
+    assert scene.effects() == Counter(
+        {
+            ("cordon", node): 1,
+            ("taint", node): 1,
+            ("cleanup_request", node): 1,
+            ("untaint", node): 1,
+            ("uncordon", node): 1,
+        }
+    )
+    scene.until(
+        lambda: scene.event_reasons(node)["NodesyncUndone"] == 1,
+        "the NodesyncUndone Event, once",
     )

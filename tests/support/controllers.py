@@ -425,6 +425,16 @@ def cordon_of(node: str) -> Predicate:
     )
 
 
+def uncordon_of(node: str) -> Predicate:
+    """The patch that lifts the cordon of ``node``."""
+    return lambda r: (
+        r.method == "PATCH"
+        and r.path == f"/api/v1/nodes/{node}"
+        and "unschedulable" in _spec(r)
+        and _spec(r)["unschedulable"] is not True
+    )
+
+
 def taint_of(node: str) -> Predicate:
     """The patch that adds nodesync's taint to ``node``."""
     return lambda r: (
@@ -664,17 +674,19 @@ class Scene:
     def recover(self, name: str) -> None:
         """The node's kubelet is back: Ready True, its Lease renewed now."""
         now = time.time()
-        node = self.node(name)
-        node["status"]["conditions"] = [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "KubeletReady",
-                "lastTransitionTime": _rfc3339(now),
-                "lastHeartbeatTime": _rfc3339(now),
-            }
-        ]
-        self.server.ok("PUT", f"/api/v1/nodes/{name}/status", node)
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "lastTransitionTime": _rfc3339(now),
+            "lastHeartbeatTime": _rfc3339(now),
+        }
+        self.server.ok(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            {"status": {"conditions": [ready]}},
+            content_type="application/merge-patch+json",
+        )
         self.renew_lease(name)
 
     def renew_lease(self, name: str) -> None:
