@@ -123,6 +123,11 @@ def test_the_blast_radius_holds_across_a_failover(scene: Scene) -> None:
     until(proxy.sprung.is_set, "the first controller to create a NodeRollback")
     first.kill()
     [decided] = scene.rollbacks()  # created; its first status never written
+    # The second controller's watch holds it (a follower watches too) before it may lead.
+    scene.until(
+        lambda: (second.metric("nodesync_rollbacks", phase="Pending") or 0) >= 1,
+        "the second controller to see the NodeRollback",
+    )
 
     assert scene.deliver([first, second], *alerts) is second
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from nodesync_sim.kube_apiserver import CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.process import ChildProcess, free_port
@@ -343,10 +344,16 @@ class Controller:
         """POST the payload to the webhook as Alertmanager does; the HTTP status (0: no answer)."""
         return self._request("POST", "/alerts", json.dumps(payload).encode())[0]
 
-    def metrics(self) -> str:
+    def metric(self, name: str, **labels: str) -> float | None:
+        """One sample of a fresh scrape of /metrics (None: no such series)."""
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(self.url + "/metrics", timeout=10) as answer:
-            return str(answer.read().decode())
+            text = answer.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return None
 
     def kill(self) -> None:
         """SIGKILL (no shutdown of any kind), and wait until it is gone."""
