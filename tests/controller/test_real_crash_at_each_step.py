@@ -129,6 +129,7 @@ def node_rollback_recorded(
         }
     )
     assert scene.answered == [(node, uid)]
+    scene.check_the_record_came_first()
     scene.until(
         lambda: scene.event_reasons(node) == Counter(NODE_ROLLBACK_EVENTS),
         "one Event per step, NodesyncDeleteNode included",
@@ -141,6 +142,7 @@ def eviction_recorded(scene: Scene, rollback: dict[str, Any], pod: str) -> None:
     assert [(s["name"], s["state"]) for s in rollback["status"]["steps"]] == [("evict_pod", "done")]
     scene.wait_audited("eviction", pod)
     assert scene.effects() == Counter({("eviction", pod): 1})  # the other pod stays
+    scene.check_the_record_came_first()
     assert scene.node(rollback["spec"]["nodeName"])["spec"].get("unschedulable") is None
     scene.until(
         lambda: [e["reason"] for e in scene.pod_events(pod)] == ["NodesyncEvictPod"],
@@ -211,7 +213,10 @@ def test_killed_while_giving_a_recovered_node_back_the_restart_finishes_it(scene
     )
     scene.deliver([first], alert(node))
     scene.until(
-        lambda: [steps(r)["cleanup_runtime"]["state"] for r in scene.rollbacks()] == ["running"],
+        lambda: (
+            [steps(r).get("cleanup_runtime", {}).get("state") for r in scene.rollbacks()]
+            == ["running"]
+        ),
         "the rollback to wait for the agent",
     )
     scene.recover(node)

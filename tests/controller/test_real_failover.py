@@ -96,6 +96,7 @@ def test_a_leader_killed_after_the_cordon_the_other_controller_finishes_the_roll
             ("delete_node", node): 1,
         }
     )
+    scene.check_the_record_came_first()
     # One Event per step, each about this node (its uid, so kubectl describe shows it).
     scene.until(
         lambda: scene.event_reasons(node) == Counter(NODE_ROLLBACK_EVENTS),

@@ -557,6 +557,16 @@ class Write:
         return "patch"
 
 
+#: The steps an effect belongs to (its intent must be recorded first).
+EFFECT_STEPS = {
+    "cordon": {"cordon"},
+    "taint": {"taint"},
+    "eviction": {"drain", "evict_pod"},
+    "cleanup_request": {"cleanup_runtime"},
+    "delete_node": {"delete_node"},
+}
+
+
 # ---------------------------------------------------------------- the scene
 
 
@@ -884,6 +894,23 @@ class Scene:
             if w.effect and mine and 200 <= w.code < 300:
                 found[(w.effect, w.name)] += 1
         return found
+
+    def check_the_record_came_first(self) -> None:
+        """Intent before effect, as the audit log orders the writes: every effect on a Node or
+        pod came after a status write (carrying the resourceVersion it read) that recorded its
+        step running; every status write carried a resourceVersion."""
+        running: set[str] = set()
+        for w in self.writes():
+            if w.resource == "noderollbacks" and w.subresource == "status":
+                body = w.body if isinstance(w.body, dict) else {}
+                assert (body.get("metadata") or {}).get("resourceVersion"), w
+                steps = (body.get("status") or {}).get("steps") or ()
+                running |= {s["name"] for s in steps if s.get("state") != "pending"}
+                continue
+            step = EFFECT_STEPS.get(w.effect)
+            mine = w.name in self.nodes if w.resource == "nodes" else w.namespace == self.namespace
+            if step is not None and mine:
+                assert running & step, f"{w.effect} {w.name} before its step was recorded"
 
     def wait_audited(self, effect: str, name: str) -> None:
         """Until the audit log shows the effect (it is written right after the answer)."""
