@@ -41,6 +41,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.model.rfc3339 import format_micro_time, format_time
 from nodesync_sim.kube_apiserver import CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.process import ChildProcess, free_port
 from tests.support.kubeapi import REPO_ROOT, create_namespace, delete_namespace
@@ -96,12 +97,6 @@ NODE_ROLLBACK_EVENTS = (
     "NodesyncVerify",
     "NodesyncDeleteNode",
 )
-
-
-def _rfc3339(seconds: float, *, micro: bool = False) -> str:
-    fmt = "%Y-%m-%dT%H:%M:%S"
-    whole = time.strftime(fmt, time.gmtime(seconds))
-    return f"{whole}.{int(seconds % 1 * 1e6):06d}Z" if micro else f"{whole}Z"
 
 
 def until(
@@ -374,6 +369,9 @@ class Controller:
 
 # ---------------------------------------------------------------- alerts
 
+#: When the test alerts began firing (one value for the session: every re-send is one episode).
+STARTED = float(int(time.time()) - 60)
+
 
 def alert(node: str, action: str = "rollback_node", **labels: str) -> dict[str, Any]:
     """One firing alert as Alertmanager sends it; its fingerprint derives from its labels."""
@@ -388,15 +386,11 @@ def alert(node: str, action: str = "rollback_node", **labels: str) -> dict[str, 
         "status": "firing",
         "labels": all_labels,
         "annotations": {},
-        "startsAt": _rfc3339(STARTED),
+        "startsAt": format_time(STARTED),
         "endsAt": "0001-01-01T00:00:00Z",
         "generatorURL": "",
         "fingerprint": fingerprint,
     }
-
-
-#: When the test alerts began firing (one value for the session: every re-send is one episode).
-STARTED = float(int(time.time()) - 60)
 
 
 def payload(*alerts: dict[str, Any]) -> dict[str, Any]:
@@ -607,7 +601,7 @@ class Scene:
         ``lease_age`` seconds ago (None: none). Returns its name."""
         name = self.node_name(suffix)
         now = time.time()
-        since = _rfc3339(now - 5)
+        since = format_time(now - 5)
         self.nodes.append(name)
         node = {
             "apiVersion": "v1",
@@ -639,7 +633,7 @@ class Scene:
                 "spec": {
                     "holderIdentity": name,
                     "leaseDurationSeconds": 40,
-                    "renewTime": _rfc3339(now - lease_age, micro=True),
+                    "renewTime": format_micro_time(now - lease_age),
                 },
             }
             self.server.ok(
@@ -695,8 +689,8 @@ class Scene:
             "type": "Ready",
             "status": "True",
             "reason": "KubeletReady",
-            "lastTransitionTime": _rfc3339(now),
-            "lastHeartbeatTime": _rfc3339(now),
+            "lastTransitionTime": format_time(now),
+            "lastHeartbeatTime": format_time(now),
         }
         self.server.ok(
             "PATCH",
@@ -709,7 +703,7 @@ class Scene:
     def renew_lease(self, name: str) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASES}/leases/{name}"
         lease = self.server.ok("GET", path)
-        lease["spec"]["renewTime"] = _rfc3339(time.time(), micro=True)
+        lease["spec"]["renewTime"] = format_micro_time(time.time())
         self.server.ok("PUT", path, lease)
 
     def pods(self) -> list[dict[str, Any]]:
@@ -740,7 +734,7 @@ class Scene:
                     "removedSandboxes": 1,
                     "removedContainers": 2,
                     "skipped": 0,
-                    "finishedAt": _rfc3339(time.time()),
+                    "finishedAt": format_time(time.time()),
                     "error": "",
                 }
                 patch = {"metadata": {"annotations": {CLEANUP_STATUS: json.dumps(answer)}}}

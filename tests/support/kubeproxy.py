@@ -17,6 +17,7 @@ forwarding them (after the kill: nobody reads the answers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import threading
@@ -55,10 +56,6 @@ class ProxiedRequest:
     path: str
     query: dict[str, list[str]]
     body: Any
-
-    @property
-    def watch(self) -> bool:
-        return self.query.get("watch", [""])[0] in ("1", "true")
 
 
 Predicate = Callable[[ProxiedRequest], bool]
@@ -105,8 +102,9 @@ class KubeProxy:
         if loop is None or thread is None:
             return
         stopped = self._stopped
-        if stopped is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(stopped.set)
+        if stopped is not None:
+            with contextlib.suppress(RuntimeError):  # the loop ended already
+                loop.call_soon_threadsafe(stopped.set)
         thread.join(_START_TIMEOUT)
         self._thread = None
 
@@ -117,15 +115,12 @@ class KubeProxy:
                 raise RuntimeError("the proxy is armed already")
             self._predicate = predicate
 
-    @property
-    def holding(self) -> bool:
-        return self._holding
-
     def release(self) -> None:
         """Answer the held requests (and any later one) 503, never forwarding them."""
         loop, released = self._loop, self._released
-        if loop is not None and released is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(released.set)
+        if loop is not None and released is not None:
+            with contextlib.suppress(RuntimeError):  # the loop ended already
+                loop.call_soon_threadsafe(released.set)
 
     def kubeconfig(self, identity: str, path: Path) -> Path:
         """A kubeconfig for ``identity`` that reaches the API server through this proxy."""
