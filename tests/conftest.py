@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.support.containerd", "tests.support.kubeapi", "tests.support.prometheus"]
+pytest_plugins = [
+    "tests.support.containerd",
+    "tests.support.kubeapi",
+    "tests.support.controllers",  # after kubeapi, whose fixtures it uses
+    "tests.support.prometheus",
+]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -52,6 +52,7 @@ from exporter.controller.steps import (
     StepError,
     StepRunner,
     Wait,
+    request_id,
 )
 from exporter.kube.errors import KubeError
 from exporter.kube.informer import Backoff
@@ -71,6 +72,7 @@ from exporter.model.rollback import (
     NodeRollback,
     Phase,
     RollbackStatus,
+    StepKind,
     StepState,
 )
 from exporter.model.rollback_state import (
@@ -80,6 +82,7 @@ from exporter.model.rollback_state import (
     finish_step,
     initial_status,
     replan,
+    set_request,
     start_step,
     touched,
     wait_step,
@@ -385,6 +388,9 @@ class Executor:
         cancel one whose alerts all resolved before it started."""
         status = rollback.status
         if status.observed_generation == 0:
+            # Its creator died before this status and the decision's Event: record it (once,
+            # by key), else the rollback would have none.
+            await self._audit.decided(rollback, rollback.spec.trigger.alertname)
             fresh = initial_status(rollback.spec, rollback.generation)
             return await self._writes.change_status(
                 rollback.name, lambda r: fresh if r.status.observed_generation == 0 else None
@@ -431,7 +437,7 @@ class Executor:
             if rollback.status.steps[index].state is StepState.PENDING:
                 now = self._clock()  # the intent, before the effect
                 started = await self._writes.change_status(
-                    name, lambda r: start_step(r.status, index, now, pre.observed)
+                    name, lambda r: _intent(r, index, now, pre.observed)
                 )
             # else: running already (its intent recorded): resumed after a wait or a restart
             if started is None:
@@ -502,9 +508,10 @@ class Executor:
         """Record the outcome: the Event first (named after the rollback's uid, so a second
         record is refused), then the status; a recovered node is given back before."""
         kind = rollback.status.steps[index].kind
-        if target is None and result.pod is not None:
+        if target is None and result.pod is not None:  # the pod the step acted on
             pod = result.pod
             target = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
+        target = target or await self._steps.event_target(rollback, index)
         await self._audit.step(rollback, index, result.state, result.message, target)
         if result.stop is Phase.CANCELLED and result.reason == RECOVERED:
             undone = await self._steps.undo(rollback)
@@ -554,6 +561,16 @@ class Executor:
                 "action_required": status.action_required,
             },
         )
+
+
+def _intent(
+    rollback: NodeRollback, index: int, now: float, observed: dict[str, str] | None
+) -> RollbackStatus:
+    """Step ``index`` recorded running; a cleanup also records the request id it sends."""
+    status = start_step(rollback.status, index, now, observed)
+    if status.steps[index].kind is StepKind.CLEANUP_RUNTIME:
+        status = set_request(status, index, request_id(rollback))
+    return status
 
 
 # ---------------------------------------------------------------- the controller app

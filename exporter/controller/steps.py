@@ -477,23 +477,42 @@ class StepRunner:
                 )
         return StepResult(StepState.DONE, f"node {node.name} is {what}")
 
+    async def event_target(self, rollback: NodeRollback, index: int) -> ObjectRef:
+        """What the Event of step ``index``'s outcome is about: the pod of an eviction (with
+        its uid, read now when the spec has none, so ``kubectl describe pod`` shows it), else
+        the node."""
+        target = rollback.spec.pod
+        if rollback.status.steps[index].kind is not StepKind.EVICT_POD or target is None:
+            return node_ref(rollback)
+        uid = target.uid
+        if not uid:
+            try:
+                pods = await self._writer.list_pods_on_node(rollback.spec.node)
+            except KubeError:
+                pods = []
+            uid = next(
+                (p.uid for p in pods if (p.namespace, p.name) == (target.namespace, target.name)),
+                "",
+            )
+        return ObjectRef("Pod", target.namespace, target.name, uid)
+
     # ------------------------------------------------------------------ giving back
 
     async def undo(self, rollback: NodeRollback) -> list[str]:
         """Give a node back: remove the taint and the cordon this rollback made (or may have
-        made, as its record says). Returns what was undone."""
+        made, as its record says). Returns what was given back, also what was found given back
+        already (by a run that died before recording it)."""
         kinds = to_undo(rollback.status)
         undone: list[str] = []
         name = rollback.spec.node
         try:
             if StepKind.TAINT in kinds:
                 result = await self._writer.remove_taint(name, ROLLBACK_TAINT.key)
-                if result.changed:
-                    undone.append(f"removed taint {ROLLBACK_TAINT.key}")
+                key = ROLLBACK_TAINT.key
+                undone.append(f"removed taint {key}" if result.changed else f"no taint {key}")
             if StepKind.CORDON in kinds:
                 result = await self._writer.uncordon(name)
-                if result.changed:
-                    undone.append("uncordoned")
+                undone.append("uncordoned" if result.changed else "not cordoned")
         except KubeError as exc:
             raise StepError(exc, node_ref(rollback)) from exc
         return undone

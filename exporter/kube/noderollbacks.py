@@ -116,7 +116,14 @@ def spec_json(spec: RollbackSpec) -> JSONObject:
     }
     if spec.pod is not None:
         out["pod"] = {"namespace": spec.pod.namespace, "name": spec.pod.name, "uid": spec.pod.uid}
-    return out
+    return _without_empty(out)
+
+
+def _without_empty(obj: JSONObject) -> JSONObject:
+    """``obj`` without its empty strings, at any depth (an absent field reads as "" all the
+    same), as the status leaves them out: some API servers refuse "" for a string of the schema
+    (kube-apiserver 1.20 built with Go >= 1.19 takes a decoded "" for null: 422)."""
+    return {k: _without_empty(v) if isinstance(v, dict) else v for k, v in obj.items() if v != ""}
 
 
 def _step_json(s: StepStatus) -> JSONObject:

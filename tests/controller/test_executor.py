@@ -29,6 +29,7 @@ from exporter.model.rollback import (
     Action,
     NodeRollback,
     Phase,
+    StepKind,
     StepState,
 )
 from exporter.model.rollback_state import (
@@ -105,6 +106,7 @@ async def test_the_same_alert_three_times_runs_each_step_once(b: Bench) -> None:
     annotations = node["metadata"]["annotations"]
     # The request id is the NodeRollback's uid: no earlier rollback's answer can match it.
     assert annotations[CLEANUP_REQUEST_ANNOTATION] == rollback.uid
+    assert rollback.status.steps[3].request == rollback.uid  # and the status records it
     assert json.loads(annotations[CLEANUP_STATUS_ANNOTATION])["state"] == "done"
     # every effect once: cordon, taint, cleanup request; one eviction; one Event per step and
     # one for the decision; one NodeRollback
@@ -169,6 +171,8 @@ async def test_a_stronger_alert_escalates_the_nodes_rollback(b: Bench) -> None:
     # the cleanup ran again after the drain, with a request of its own
     request = b.node("new-1")["metadata"]["annotations"][CLEANUP_REQUEST_ANNOTATION]
     assert request == f"{rollback.uid}-2"
+    [cleanup] = [s for s in rollback.status.steps if s.kind is StepKind.CLEANUP_RUNTIME]
+    assert cleanup.request == request
     assert [d.verdict for d in await b.decisions()] == ["plan", "escalate"]
 
 
@@ -769,6 +773,41 @@ async def test_a_recovered_node_is_given_back_what_the_record_says_it_made(b: Be
     assert not node["spec"].get("taints")
     assert b.events("NodesyncUndone")
     assert executor.metrics.actions("undo", "done") == 1
+
+
+async def test_a_give_back_cut_short_before_its_record_is_recorded_after_a_restart(
+    b: Bench,
+) -> None:
+    """A controller gave a recovered node back (removed its taint, uncordoned it) and died
+    before recording it: the next one records the rollback given back, with its Event."""
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    executor = b.executor()
+    [rollback] = await decided(b, executor, alert("new-1"))
+    absent = {OBSERVED_BEFORE: BEFORE_ABSENT}
+    cordoned = StepResult(StepState.DONE, "cordoned the node", made_change=True)
+    await RollbackWrites(b.api).change_status(
+        rollback.name,
+        lambda r: start_step(
+            finish_step(start_step(r.status, 0, 1.0, absent), 0, cordoned, 2.0), 1, 3.0, absent
+        ),
+    )  # the node is neither cordoned nor tainted any more: given back, not recorded
+    obj = b.node("new-1")
+    obj["status"]["conditions"][0]["status"] = "True"
+    b.store.replace("nodes", obj, subresource="status")
+    b.renew_lease("new-1")
+
+    async def ready_in_view() -> bool:
+        seen = b.cluster.view().node("new-1")
+        return seen is not None and seen.conditions[0].status == "True"
+
+    await until(ready_in_view, "the view to see the node Ready")
+    await b.settled(executor)
+    [after] = b.rollbacks()
+    assert (after.status.phase, after.status.reason) == (Phase.CANCELLED, "recovered")
+    [undone] = b.events("NodesyncUndone")
+    assert "no taint nodesync.io/rollback, not cordoned" in undone["message"]
+    assert nodes_patched(b.server) == 0
 
 
 async def test_a_paused_rollback_waits_before_its_next_step(b: Bench) -> None:

@@ -32,10 +32,12 @@ from exporter.controller.journal import Journal
 from exporter.controller.rollbacks import RollbackWatch
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
-from exporter.kube.noderollbacks import RollbackWrites
+from exporter.kube.noderollbacks import RollbackWrites, object_json
 from exporter.kube.writer import KubeWriter, WriteResult
 from exporter.metrics.rollback import RollbackMetrics
 from exporter.model.alerts import Alert
+from exporter.model.decision import decide, new_rollback
+from exporter.model.guards import GuardState
 from exporter.model.kube import Taint
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, Phase, StepState
 from exporter.settings.declare import changed
@@ -294,3 +296,23 @@ async def test_a_failover_keeps_the_blast_radius(b: Bench, tmp_path: Path) -> No
     await b.settled(second)
     assert len(b.rollbacks(Phase.SUCCEEDED)) == 2  # 10 % of 20 nodes, across both controllers
     assert Counter(d.reason for d in await b.decisions("refused")) == {"blast_radius_fraction": 4}
+
+
+async def test_a_rollback_whose_decider_died_right_after_creating_it_gets_its_event(
+    b: Bench,
+) -> None:
+    """The decider died between the create and the first status (and the decision's Event):
+    the next leader writes the status and records NodesyncRollback, once."""
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    view, policy, now = b.cluster.view(), FAST.policy, time.time()
+    decision = decide(alert("new-1"), view, GuardState(), policy, now)
+    assert decision.plan is not None
+    body = object_json(new_rollback(decision.plan, view, GuardState(), policy, now))
+    del body["status"]  # as the create left it
+    b.store.create("noderollbacks", body)
+    await b.deliver(alert("new-1"))  # Alertmanager sends it to the next leader
+    await b.settled(b.executor())
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert Counter(b.event_reasons("new-1"))["NodesyncRollback"] == 1

@@ -93,6 +93,16 @@ def test_an_eviction_carries_its_pod() -> None:
     assert [s.kind for s in back.status.steps] == [StepKind.EVICT_POD]
 
 
+def test_empty_strings_are_left_out_and_read_back_as_empty() -> None:
+    """An eviction as the planner decides it has no pod uid; the server may refuse "" (see
+    spec_json), so it is not sent."""
+    r = rollback(action=Action.EVICT_POD, pod=PodTarget("web", "web-0"), wave="", delete_node=False)
+    spec = spec_json(r.spec)
+    assert spec["pod"] == {"namespace": "web", "name": "web-0"}
+    assert "wave" not in spec
+    assert node_rollback(served(r)).spec == r.spec
+
+
 def test_an_object_without_a_status_reads_as_just_created() -> None:
     obj = served(rollback())
     del obj["status"]

@@ -13,7 +13,7 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.kube.errors import AlreadyExists, Conflict
 from exporter.kube.noderollbacks import NODEROLLBACKS, RollbackWrites
-from exporter.model.rollback import StepState
+from exporter.model.rollback import Action, PodTarget, StepState
 from exporter.model.rollback_state import (
     BEFORE_ABSENT,
     OBSERVED_BEFORE,
@@ -96,6 +96,24 @@ async def test_status_and_spec_are_written_apart(writes: RollbackWrites) -> None
         assert moved is not None
         assert moved.generation == paused.generation  # a status write is no new generation
         assert moved.spec.paused
+    finally:
+        current = await writes.get(created.name)
+        assert current is not None
+        await writes.delete(current)
+
+
+async def test_an_eviction_as_decided_is_accepted(writes: RollbackWrites) -> None:
+    """An evict_pod rollback as the planner makes it: its pod has no uid, the wave may be
+    empty. The server takes it (it refuses "" for a string of the schema: 422)."""
+    wanted = dataclasses.replace(
+        rollback(action=Action.EVICT_POD, pod=PodTarget("web", "web-0"), delete_node=False),
+        name=unique("n4"),
+    )
+    wanted = dataclasses.replace(wanted, spec=dataclasses.replace(wanted.spec, wave=""))
+    created = await writes.create(wanted)
+    try:
+        assert created.spec == wanted.spec
+        assert created.status == wanted.status
     finally:
         current = await writes.get(created.name)
         assert current is not None
