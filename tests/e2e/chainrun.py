@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -179,8 +180,68 @@ def reaction(chain: Chain, node: str, alert: str) -> Reaction:
 
 
 def acceptance_budget(chain: Chain) -> float:
-    """Scrape interval + evaluation interval + Alertmanager group_wait + 5 s."""
+    """Scrape interval + evaluation interval + the longer of Alertmanager's group_wait and
+    group_interval + 5 s. An alert that opens its group waits group_wait; one that joins a
+    group Alertmanager already notified waits for the group's next flush, up to group_interval."""
     spec = chain.scenario
-    group_wait = spec.alertmanager.group_wait
+    group_wait, group_interval = spec.alertmanager.group_wait, spec.alertmanager.group_interval
     assert group_wait is not None, "the e2e scenarios set group_wait"
-    return spec.prometheus.scrape_interval + spec.prometheus.evaluation_interval + group_wait + 5.0
+    assert group_interval is not None, "the e2e scenarios set group_interval"
+    return (
+        spec.prometheus.scrape_interval
+        + spec.prometheus.evaluation_interval
+        + max(group_wait, group_interval)
+        + 5.0
+    )
+
+
+PAUSE_ALERT = "NodesyncControlPlaneSuspected"
+
+
+@dataclass(frozen=True)
+class PauseStart:
+    """From the established nodes failing to the rules pausing every action.
+
+    ``failed_at``: when the API server showed enough of the old nodes failing to trip the
+    correlated-failure guard (the last of the fewest that are enough); ``paused_at``: the first
+    evaluation at which ``cluster:nodesync_actions_paused:bool`` was 1."""
+
+    failed_at: float
+    paused_at: float
+
+    @property
+    def seconds(self) -> float:
+        return self.paused_at - self.failed_at
+
+
+async def pause_start(chain: Chain) -> PauseStart:
+    """When the old nodes failed, and when the rules' pause began (it has begun)."""
+    old = [plan.name for plan in chain.sim.layout.of_role("old")]
+    thresholds = chain.scenario.rules.thresholds
+    ratio = thresholds.get("correlated_failure_ratio", 0.3)
+    min_nodes = thresholds.get("correlated_failure_min_nodes", 2.0)
+    enough = max(int(min_nodes), math.ceil(ratio * len(old) - 1e-9), 1)
+    record = chain.sim.timeline
+    failures = sorted(
+        e.at for name in old if (e := record.first(name, timeline.READY_UNKNOWN)) is not None
+    )
+    assert len(failures) >= enough, f"only {len(failures)} of {len(old)} old nodes failed"
+    window = f"{math.ceil(chain.sim.clock.now() - failures[0]) + 60}s"
+    result = await chain.prom.query_async(f"cluster:nodesync_actions_paused:bool[{window}]")
+    assert result, "the rules never paused"
+    first = min(float(t) for series in result for t, _ in series["values"])
+    return PauseStart(failures[enough - 1], first)
+
+
+def pause_budget(chain: Chain) -> float:
+    """Scrape interval + evaluation interval + the pause alert's for: + one evaluation interval
+    (the pause reads the alert as of its last evaluation) + 5 s."""
+    spec = chain.scenario
+    evaluation = spec.prometheus.evaluation_interval
+    return (
+        spec.prometheus.scrape_interval
+        + evaluation
+        + alert_for(spec, PAUSE_ALERT)
+        + evaluation
+        + 5.0
+    )

@@ -19,6 +19,8 @@ from tests.e2e.chainrun import (
     controller_writes,
     events,
     eventually,
+    pause_budget,
+    pause_start,
     reaction,
     rule_expr,
     running,
@@ -203,7 +205,9 @@ async def _resolved(chain: Chain) -> bool:
 
 
 @pytest.mark.timeout(150)
-async def test_a_control_plane_blip_rolls_nothing_back() -> None:
+async def test_a_control_plane_blip_rolls_nothing_back(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     async with running(scenario("e2e-blip.json")) as chain:
         chain.start_waves()
         prom = chain.prom
@@ -238,6 +242,17 @@ async def test_a_control_plane_blip_rolls_nothing_back() -> None:
             'max_over_time(ALERTS{alertstate="firing",nodesync_action!="none"}[5m])'
         )
         assert not fired, fired
+        # The rules paused within their budget of the old nodes failing, the pause's for:
+        # included.
+        start = await pause_start(chain)
+        budget = pause_budget(chain)
+        with capsys.disabled():
+            print(
+                f"\n[e2e] old nodes failing at +{start.failed_at - chain.sim.clock.at(0):.2f} s, "
+                f"rules paused at +{start.paused_at - chain.sim.clock.at(0):.2f} s: "
+                f"{start.seconds:.2f} s (budget {budget:g} s)"
+            )
+        assert 0 < start.seconds <= budget
         assert await controller_value(chain, "nodesync_rollbacks_paused") == 1
         assert await controller_value(chain, "nodesync_webhook_requests_total") == 0
         assert controller_writes(chain) == []
