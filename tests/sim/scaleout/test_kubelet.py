@@ -64,7 +64,10 @@ async def test_a_node_registers_renews_its_lease_and_runs_its_pods() -> None:
             "DiskPressure",
             "PIDPressure",
         }
-        lease = env.server.store.get("leases", "w-000", namespace=LEASE_NAMESPACE)
+        lease = await eventually(  # created right after the Node
+            lambda: env.server.store.try_get("leases", "w-000", namespace=LEASE_NAMESPACE),
+            "the Lease",
+        )
         assert lease["spec"]["holderIdentity"] == "w-000"
         assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
         first_renewal = lease["spec"]["renewTime"]
@@ -171,7 +174,8 @@ async def test_never_ready_and_cri_timeouts_keep_ready_false_with_their_reasons(
         ],
     )
     async with simulating(doc(waves=[wave])) as env:
-        await eventually(lambda: env.sim.kubelets["w-001"].registered_at, "registration")
+        # The Node itself: the kubelet knows it registers before the Node exists.
+        await eventually(lambda: env.server.store.try_get("nodes", "w-001"), "registration")
         await eventually(
             lambda: env.ready("w-001")["reason"] == "ContainerRuntimeUnhealthy", "runtime down"
         )
