@@ -121,9 +121,17 @@ def test_the_node_variable_lists_every_node(scenario: Scenario) -> None:
 
 @pytest.mark.timeout(120)
 def test_the_pending_rollback_alert_shows_on_the_overview(scenario: Scenario) -> None:
-    result = scenario.prom.wait_for('ALERTS{alertname=~"Nodesync.*"}', timeout=30)
-    by_name = {(s["metric"]["alertname"], s["metric"].get("node")) for s in result}
-    assert ("NodesyncNewNodeNotReady", "node-b") in by_name
+    def alerts(result: list[dict[str, Any]]) -> set[tuple[str, str | None]]:
+        return {(s["metric"]["alertname"], s["metric"].get("node")) for s in result}
+
+    # The agent's alerts on node-a may come first: wait for node-b's, which needs the
+    # controller's node metrics.
+    result = scenario.prom.wait_for(
+        'ALERTS{alertname=~"Nodesync.*"}',
+        lambda r: ("NodesyncNewNodeNotReady", "node-b") in alerts(r),
+        timeout=30,
+    )
+    assert ("NodesyncNewNodeNotReady", "node-b") in alerts(result)
 
 
 def _panel_expr(key: str, values: dict[str, str]) -> str:
