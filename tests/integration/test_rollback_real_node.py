@@ -177,9 +177,18 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
 
         # The desired pod's sandbox was never the agent's to remove.
         assert desired.sandbox_id in await _sandbox_ids(containerd.endpoint)
-        # Cordon and taint came before the deletion (the Events say so, in order).
-        events = api.store.list("events", namespace="default")
-        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == NODE]
+
+        # Cordon and taint came before the deletion (the Events say so, in order). Each step's
+        # Event is recorded after its effect: the deletion's may still be on its way.
+        def node_reasons() -> list[str]:
+            events = api.store.list("events", namespace="default")
+            return [e["reason"] for e in events if e["involvedObject"]["name"] == NODE]
+
+        async def deletion_recorded() -> bool:
+            return "NodesyncDeleteNode" in node_reasons()
+
+        await eventually(deletion_recorded, "the deletion's Event", within=30)
+        reasons = node_reasons()
         for step in ("cordon", "taint", "drain", "cleanup_runtime", "verify", "delete_node"):
             assert any(step.replace("_", "") in r.lower().replace("_", "") for r in reasons), (
                 step,
