@@ -121,13 +121,17 @@ def test_the_node_variable_lists_every_node(scenario: Scenario) -> None:
 
 @pytest.mark.timeout(120)
 def test_the_pending_rollback_alert_shows_on_the_overview(scenario: Scenario) -> None:
-    def pending_or_firing(result: list[dict[str, Any]]) -> bool:
-        by_name = {(s["metric"]["alertname"], s["metric"].get("node")) for s in result}
-        return ("NodesyncNewNodeNotReady", "node-b") in by_name
+    def alerts(result: list[dict[str, Any]]) -> set[tuple[str, str | None]]:
+        return {(s["metric"]["alertname"], s["metric"].get("node")) for s in result}
 
-    # Poll for exactly the alert asserted (others may show first, under load).
-    result = scenario.prom.wait_for('ALERTS{alertname=~"Nodesync.*"}', pending_or_firing, 60)
-    assert {s["metric"]["alertstate"] for s in result if s["metric"].get("node") == "node-b"}
+    # The agent's alerts on node-a may come first: wait for node-b's, which needs the
+    # controller's node metrics.
+    result = scenario.prom.wait_for(
+        'ALERTS{alertname=~"Nodesync.*"}',
+        lambda r: ("NodesyncNewNodeNotReady", "node-b") in alerts(r),
+        timeout=60,
+    )
+    assert ("NodesyncNewNodeNotReady", "node-b") in alerts(result)
 
 
 def _panel_expr(key: str, values: dict[str, str]) -> str:

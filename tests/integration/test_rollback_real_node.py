@@ -177,6 +177,15 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
 
         # The desired pod's sandbox was never the agent's to remove.
         assert desired.sandbox_id in await _sandbox_ids(containerd.endpoint)
+
+        # A step is done when its effect, then its Event, then its count are in: the node being
+        # gone does not mean the rest is yet.
+        done = 'nodesync_actions_total{action="delete_node",result="done"} 1.0'
+
+        async def deletion_counted() -> bool:
+            return done in await (await controller.get("/metrics")).text()
+
+        await eventually(deletion_counted, "the deletion step to finish", within=30)
         # Cordon and taint came before the deletion (the Events say so, in order).
         events = api.store.list("events", namespace="default")
         reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == NODE]
@@ -189,10 +198,6 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
         agent_metrics = await (await agent.get("/metrics")).text()
         assert 'nodesync_cleanup_requests_total{result="done"} 1.0' in agent_metrics
         assert 'nodesync_cleanup_removed_total{kind="sandbox"} 1.0' in agent_metrics
-        controller_metrics = await (await controller.get("/metrics")).text()
-        assert (
-            'nodesync_actions_total{action="delete_node",result="done"} 1.0' in controller_metrics
-        )
         # Stop both before the API server goes, so neither retries against a closed port.
         await controller.close()
         await agent.close()
