@@ -11,14 +11,14 @@ interval), while this controller leads:
    until its next attempt is due, so it holds no slot.
 3. Finished NodeRollbacks older than ``--rollback-retention`` are deleted.
 
-A driver runs the rollback's steps in order. For each: the live state is checked again
-(exporter.controller.steps); the step is recorded ``running`` with what it saw (the intent),
-then acts, then records its Event and its outcome. Every status write carries the
-resourceVersion it read (exporter.kube.noderollbacks), so exactly one writer starts a step. A
-leader that takes over finds a step ``running`` and runs it again: every step is idempotent and
-finds out what its first run did (a cordon it made, a node it deleted), so the record ends up
-matching the cluster. A rollback whose node recovered is cancelled and given back (the cordon
-and taint its record says it made, or may have made).
+Driving one rollback (exporter.controller.driver) runs its steps in order. For each: the live
+state is checked again (exporter.controller.steps); the step is recorded ``running`` with what
+it saw (the intent), then acts, then records its Event and its outcome. Every status write
+carries the resourceVersion it read (exporter.kube.noderollbacks), so exactly one writer starts
+a step. A leader that takes over finds a step ``running`` and runs it again: every step is
+idempotent and finds out what its first run did (a cordon it made, a node it deleted), so the
+record ends up matching the cluster. A rollback whose node recovered is cancelled and given
+back (the cordon and taint its record says it made, or may have made).
 
 Only the leader decides and drives (``--leader-elect``); losing the lead cancels the drivers,
 and the next leader resumes from the NodeRollbacks. With ``--dry-run`` nothing is written to
@@ -40,22 +40,16 @@ from aiohttp import web
 
 from exporter.controller import steps
 from exporter.controller.app import CLUSTER, KUBE_API, LEADING, REGISTRY
-from exporter.controller.audit import Audit, ObjectRef
+from exporter.controller.audit import Audit
+from exporter.controller.driver import Driver
 from exporter.controller.intake import Intake
 from exporter.controller.journal import Journal, JournalError
 from exporter.controller.rollbacks import RollbackWatch
 from exporter.controller.settings import ExecutorSettings
 from exporter.controller.steps import (
-    ALERT_RESOLVED,
-    API_ERROR,
-    RECOVERED,
-    StepError,
     StepRunner,
-    Wait,
-    request_id,
 )
 from exporter.kube.errors import KubeError
-from exporter.kube.informer import Backoff
 from exporter.kube.leader import LeaderElector
 from exporter.kube.noderollbacks import RollbackWrites
 from exporter.kube.ratelimit import AsyncRateLimiter
@@ -63,29 +57,11 @@ from exporter.kube.writer import KubeWriter
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
-from exporter.model.alerts import RESOLVED
 from exporter.model.clusterview import ClusterView
 from exporter.model.guards import budget, correlated_failure
 from exporter.model.rollback import (
-    FINISHED_STEP_STATES,
     Action,
-    NodeRollback,
     Phase,
-    RollbackStatus,
-    StepKind,
-    StepState,
-)
-from exporter.model.rollback_state import (
-    StepResult,
-    cancel,
-    current_step,
-    finish_step,
-    initial_status,
-    replan,
-    set_request,
-    start_step,
-    touched,
-    wait_step,
 )
 from exporter.settings.declare import log_fields
 
@@ -99,8 +75,6 @@ OTHER_REASON = "other"
 
 #: How often the executor checks, while idle, that it still leads.
 LEADER_CHECK_INTERVAL = 0.5
-#: How often a step whose API call failed (and a retry may fix) is tried before it fails.
-STEP_ATTEMPTS = 5
 #: How long a stopping leader spends deciding the alerts it acknowledged, at most.
 DRAIN_TIMEOUT = 5.0
 
@@ -201,6 +175,16 @@ class Executor:
             correlated_failure=lambda: self._paused,
             clock=clock,
             poll_interval=step_poll_interval,
+        )
+        self._driver = Driver(
+            journal,
+            writes,
+            self._steps,
+            self._audit,
+            metrics,
+            wait_until=self._wait_until,
+            clock=clock,
+            retry=self._retry,
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._slots: dict[str, bool] = {}  # driven rollback -> holds a slot
@@ -362,215 +346,12 @@ class Executor:
             if not rollback.active and expired and await self._writes.delete(rollback):
                 log.info("deleted a finished rollback", extra={"rollback": rollback.name})
 
-    # ------------------------------------------------------------------ driving one rollback
-
     def _wait_until(self, name: str, seconds: float) -> None:
         self._not_before[name] = asyncio.get_running_loop().time() + seconds
 
     async def _drive(self, name: str) -> None:
-        """Run the rollback's steps until it ends or waits."""
         self._not_before.pop(name, None)
-        while True:
-            rollback = await self._writes.get(name)
-            if rollback is None or not rollback.active:
-                return
-            rollback = await self._bring_up_to_date(rollback)
-            if rollback is None:
-                return
-            index = current_step(rollback.status)
-            if index is None:
-                return  # bring_up_to_date ended it
-            if not await self._step(rollback, index):
-                return
-
-    async def _bring_up_to_date(self, rollback: NodeRollback) -> NodeRollback | None:
-        """Write the first status of a rollback created without one, replan an escalated one,
-        cancel one whose alerts all resolved before it started."""
-        status = rollback.status
-        if status.observed_generation == 0:
-            # Its creator died before this status and the decision's Event: record it (once,
-            # by key), else the rollback would have none.
-            await self._audit.decided(rollback, rollback.spec.trigger.alertname)
-            fresh = initial_status(rollback.spec, rollback.generation)
-            return await self._writes.change_status(
-                rollback.name, lambda r: fresh if r.status.observed_generation == 0 else None
-            )
-        if rollback.generation > status.observed_generation:
-            log.info("replanning an escalated rollback", extra={"rollback": rollback.name})
-            return await self._writes.change_status(
-                rollback.name, lambda r: replan(r.status, r.spec, r.generation)
-            )
-        if status.phase is Phase.PENDING and not touched(status) and await self._resolved(rollback):
-            await self._audit.stopped(
-                rollback,
-                "NodesyncCancelled",
-                "every alert of the rollback resolved before it started",
-            )
-            now = self._clock()
-            return await self._writes.change_status(
-                rollback.name,
-                lambda r: cancel(r.status, ALERT_RESOLVED, "its alerts resolved", now),
-            )
-        return rollback
-
-    async def _resolved(self, rollback: NodeRollback) -> bool:
-        """Every trigger of the rollback resolved, as this replica's journal knows (an alert it
-        never received may still fire: then the rollback goes on)."""
-        for trigger in rollback.status.triggers:
-            alert = await self._journal.alert((trigger.fingerprint, trigger.starts_at))
-            if alert is None or alert.status != RESOLVED:
-                return False
-        return True
-
-    async def _step(self, rollback: NodeRollback, index: int) -> bool:
-        """Step ``index``: re-check, record the intent, act, record the outcome. True when the
-        driver should go on with the next step."""
-        name = rollback.name
-        try:
-            pre = await self._steps.precheck(rollback, index)
-            if isinstance(pre, StepResult):
-                return await self._finish(rollback, index, pre)
-            if isinstance(pre, Wait):
-                await self._wait(rollback, index, pre)
-                return False
-            started: NodeRollback | None = rollback
-            if rollback.status.steps[index].state is StepState.PENDING:
-                now = self._clock()  # the intent, before the effect
-                started = await self._writes.change_status(
-                    name, lambda r: _intent(r, index, now, pre.observed)
-                )
-            # else: running already (its intent recorded): resumed after a wait or a restart
-            if started is None:
-                return False
-            outcome = await self._steps.execute(started, index)
-        except StepError as exc:
-            return await self._failed_call(rollback, index, exc)
-        if isinstance(outcome, Wait):
-            await self._wait(started, index, outcome)
-            return False
-        return await self._finish(started, index, outcome)
-
-    async def _wait(
-        self, rollback: NodeRollback, index: int, wait: Wait, *, failed_attempt: bool = False
-    ) -> None:
-        """Record the wait (only when it starts or changes: polling writes nothing) and come
-        back to the rollback after ``wait.retry_in``."""
-        step = rollback.status.steps[index]
-        if failed_attempt or (rollback.status.phase, step.reason, step.message) != (
-            Phase.WAITING,
-            wait.reason,
-            wait.message,
-        ):
-            until = self._clock() + wait.retry_in
-            await self._writes.change_status(
-                rollback.name,
-                lambda r: wait_step(
-                    r.status,
-                    index,
-                    wait.reason,
-                    wait.message,
-                    until,
-                    failed_attempt=failed_attempt,
-                ),
-            )
-            log.info(
-                "rollback waits",
-                extra={"rollback": rollback.name, "reason": wait.reason, "detail": wait.message},
-            )
-        self._wait_until(rollback.name, wait.retry_in)
-
-    async def _failed_call(self, rollback: NodeRollback, index: int, exc: StepError) -> bool:
-        detail = f"API error {exc.error.code} {exc.error.reason}: {exc.error.message}"[:500]
-        attempts = rollback.status.steps[index].attempts
-        if exc.error.retryable and attempts < STEP_ATTEMPTS:
-            delay = Backoff(*self._retry).next() * 2 ** max(0, attempts - 1)
-            log.warning(
-                "step failed; retrying",
-                extra={"rollback": rollback.name, "step": index, "error": detail},
-            )
-            wait = Wait(API_ERROR, detail, min(delay, self._retry[1]))
-            await self._wait(rollback, index, wait, failed_attempt=True)
-            return False
-        log.warning(
-            "step failed", extra={"rollback": rollback.name, "step": index, "error": detail}
-        )
-        result = StepResult(StepState.FAILED, detail, reason=API_ERROR, stop=Phase.FAILED)
-        return await self._finish(rollback, index, result, target=exc.target)
-
-    async def _finish(
-        self,
-        rollback: NodeRollback,
-        index: int,
-        result: StepResult,
-        *,
-        target: ObjectRef | None = None,
-    ) -> bool:
-        """Record the outcome: the Event first (named after the rollback's uid, so a second
-        record is refused), then the status; a recovered node is given back before."""
-        kind = rollback.status.steps[index].kind
-        if target is None and result.pod is not None:  # the pod the step acted on
-            pod = result.pod
-            target = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
-        target = target or await self._steps.event_target(rollback, index)
-        await self._audit.step(rollback, index, result.state, result.message, target)
-        if result.stop is Phase.CANCELLED and result.reason == RECOVERED:
-            undone = await self._steps.undo(rollback)
-            if undone:
-                await self._audit.stopped(
-                    rollback,
-                    "NodesyncUndone",
-                    "the node recovered before the rollback finished: " + ", ".join(undone),
-                )
-                self.metrics.action("undo", StepState.DONE.value)
-        now = self._clock()
-
-        def finished(current: NodeRollback) -> RollbackStatus | None:
-            if current.status.steps[index].state in FINISHED_STEP_STATES:
-                return None
-            return finish_step(current.status, index, result, now)
-
-        written = await self._writes.change_status(rollback.name, finished)
-        self.metrics.action(kind.value, result.state.value)
-        log_level = logging.WARNING if result.state is StepState.FAILED else logging.INFO
-        log.log(
-            log_level,
-            "step finished",
-            extra={
-                "rollback": rollback.name,
-                "step": kind.value,
-                "node": rollback.spec.node,
-                "state": result.state.value,
-                "detail": result.message,
-            },
-        )
-        if written is None or not written.active:
-            await self._ended(written or rollback)
-            return False
-        return True
-
-    async def _ended(self, rollback: NodeRollback) -> None:
-        status = rollback.status
-        if status.action_required:
-            await self._audit.stopped(rollback, "NodesyncActionRequired", status.action_required)
-        log.info(
-            "rollback finished",
-            extra={
-                "rollback": rollback.name,
-                "phase": status.phase.value,
-                "reason": status.reason,
-                "action_required": status.action_required,
-            },
-        )
-
-
-def _intent(
-    rollback: NodeRollback, index: int, now: float, observed: dict[str, str] | None
-) -> RollbackStatus:
-    """Step ``index`` recorded running; a cleanup also records the request id it sends."""
-    status = start_step(rollback.status, index, now, observed)
-    if status.steps[index].kind is StepKind.CLEANUP_RUNTIME:
-        status = set_request(status, index, request_id(rollback))
-    return status
+        await self._driver.drive(name)
 
 
 # ---------------------------------------------------------------- the controller app
