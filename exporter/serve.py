@@ -1,15 +1,329 @@
-"""Run an aiohttp application until SIGINT or SIGTERM, then shut it down cleanly."""
+"""Serve an aiohttp application until SIGINT or SIGTERM, then shut it down within a bound.
+
+Both roles serve their application (/metrics, /healthz, /readyz; the controller's webhook) with
+:func:`serve`, hardened against what clients do (docs/install.md, docs/metrics.md):
+
+- Every error the framework answers by itself is JSON (``{"error": ...}``): 404, 405 and the
+  other HTTP exceptions (:func:`harden`'s middleware), and the 400 for a request it cannot parse
+  (:class:`_Handler`). These client mistakes are counted in ``nodesync_http_client_errors_total``
+  by reason and logged at most once a minute per reason (:class:`ClientErrors`), never at ERROR.
+- A connection that has not sent a whole request head ``--web.idle-timeout`` after it opened or
+  after its last answer is closed (aiohttp's keep-alive timer covers both); a body is read for
+  at most ``--web.read-timeout`` (the handlers that read one; an unread body is drained for as
+  long after the answer, then the connection is closed); TLS handshakes get the idle timeout.
+- At most ``--web.max-connections`` connections are open: one more is answered 503 and closed
+  (:class:`_Site`). The soft limit of open files is raised to its hard limit at start, and the
+  cap lowered below it if needed, so that clients cannot take the descriptors the process needs;
+  should the accept loop still run out of them, asyncio's error is logged once a minute.
+- On SIGTERM the listener closes, idle connections are closed, requests in progress get
+  ``--web.shutdown-timeout`` to finish and are then cancelled.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import json
 import logging
+import resource
 import signal
 import ssl
+import time
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
+from prometheus_client import CollectorRegistry
+
+from exporter.logs import RateLimitedLog
+from exporter.metrics.http import (
+    BAD_HTTP,
+    TOO_MANY_CONNECTIONS,
+    ClientErrorMetrics,
+    reason_of_status,
+)
+from exporter.model.names import shown
+from exporter.settings.server import ServerSettings
 
 log = logging.getLogger(__name__)
+
+#: Descriptors kept for the process itself (journal, API connections, CRI, logs) below the cap.
+FD_RESERVE = 64
+#: How often one kind of client mistake, or of accept-loop failure, is logged at most.
+LOG_INTERVAL = 60.0
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+class ClientErrors:
+    """Client mistakes: counted by reason, logged at WARNING at most once per reason and
+    ``interval`` (the next line says how many were left out)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        interval: float = LOG_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.metrics = ClientErrorMetrics(registry)
+        self._log = RateLimitedLog(log, interval=interval, clock=clock)
+
+    def observe(self, reason: str, detail: str = "", remote: str | None = None) -> None:
+        self.metrics.observe(reason)
+        self._log.log(
+            logging.WARNING,
+            reason,
+            "refused a client request",
+            reason=reason,
+            detail=shown(detail, 200),
+            remote=remote or "",
+        )
+
+
+CLIENT_ERRORS = web.AppKey("client_errors", ClientErrors)
+
+
+def error_response(status: int, message: str, **headers: str) -> web.Response:
+    """The JSON answer of every refusal: ``{"error": message}``."""
+    return web.json_response({"error": message}, status=status, headers=headers or None)
+
+
+@web.middleware
+async def _json_errors(
+    request: web.Request, handler: Callable[[web.Request], Any]
+) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if exc.status < 500:
+            request.app[CLIENT_ERRORS].observe(
+                reason_of_status(exc.status), f"{request.method} {request.path}", request.remote
+            )
+        kept = {k: v for k, v in exc.headers.items() if k.lower() not in _BODY_HEADERS}
+        return error_response(exc.status, exc.reason, **kept)
+
+
+_BODY_HEADERS = frozenset({"content-type", "content-length"})
+
+
+def harden(app: web.Application, registry: CollectorRegistry) -> None:
+    """JSON for the framework's own error answers (404, 405, ...), counted in ``registry``.
+    Call it before the application starts; its handlers report their own refusals with
+    ``app[CLIENT_ERRORS].observe``."""
+    app[CLIENT_ERRORS] = ClientErrors(registry)
+    app.middlewares.append(_json_errors)
+
+
+class _Handler(RequestHandler):
+    """aiohttp's HTTP/1 protocol; a request it cannot parse (bad request line, headers, chunks,
+    a header over the size limits, an undecodable Content-Encoding) is answered in JSON, counted
+    and logged at most once a minute, not at ERROR with a traceback for each."""
+
+    __slots__ = ("_client_errors",)
+
+    def __init__(self, manager: web.Server, *, client_errors: ClientErrors, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._client_errors = client_errors
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            return super().handle_error(request, status, exc, message)  # a bug: its traceback
+        self._client_errors.observe(BAD_HTTP, message or str(exc or ""), request.remote)
+        if request.writer.output_size > 0:
+            raise ConnectionError("an answer was sent already")
+        response = error_response(status, f"bad request: {shown(message or '', 200)}")
+        response.force_close()
+        return response
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        # A body that cannot be read (a broken gzip, a bad chunk) was answered by its handler;
+        # aiohttp then fails again to drain it: the client's mistake, counted already.
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, RequestPayloadError):
+            log.debug("dropped a request body that cannot be read", exc_info=exc)
+            return
+        super().log_exception(*args, **kwargs)
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over the cap: answered 503 (clients retry) and closed at once."""
+
+    _BODY = json.dumps({"error": "too many connections; retry"}).encode()
+    ANSWER = (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(_BODY)).encode() + b"\r\nConnection: close\r\n\r\n" + _BODY
+    )
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(self.ANSWER)
+        transport.close()
+
+
+class _Site(web.BaseSite):
+    """A TCP listener whose connections are :class:`_Handler` protocols, at most
+    ``max_connections`` at once (aiohttp has no such limit)."""
+
+    __slots__ = ("_client_errors", "_host", "_max_connections", "_port", "_settings")
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        *,
+        settings: ServerSettings,
+        max_connections: int,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host = host
+        self._port = port
+        self._settings = settings
+        self._max_connections = max_connections
+        self._client_errors = runner.app[CLIENT_ERRORS]
+
+    @property
+    def name(self) -> str:
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self._host}:{self.port}"
+
+    @property
+    def port(self) -> int:
+        """The port bound (the one asked for until started)."""
+        if self._server is not None and self._server.sockets:  # type: ignore[attr-defined]
+            return int(self._server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        return self._port
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._protocol,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            ssl_handshake_timeout=self._settings.idle_timeout if self._ssl_context else None,
+        )
+
+    def _protocol(self) -> asyncio.Protocol:
+        server = self._runner.server
+        assert server is not None
+        if len(server.connections) >= self._max_connections:
+            self._client_errors.observe(TOO_MANY_CONNECTIONS, f"{self._max_connections} open")
+            return _Refused()
+        return _Handler(
+            server,
+            loop=asyncio.get_running_loop(),
+            client_errors=self._client_errors,
+            keepalive_timeout=self._settings.idle_timeout,
+            lingering_time=self._settings.read_timeout,
+        )
+
+
+def connection_cap(wanted: int) -> int:
+    """``wanted``, or fewer so that the open-file limit keeps ``FD_RESERVE`` descriptors for the
+    process: the soft limit is raised to the hard limit first (as Go programs do)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, wanted + FD_RESERVE)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit", extra={"error": str(exc)})
+    if soft == resource.RLIM_INFINITY or wanted + FD_RESERVE <= soft:
+        return wanted
+    capped = max(1, soft - FD_RESERVE)
+    log.warning(
+        "fewer connections than --web.max-connections: the open-file limit is lower",
+        extra={"max_connections": capped, "open_file_limit": soft},
+    )
+    return capped
+
+
+def _bounded_exception_handler(loop: asyncio.AbstractEventLoop) -> None:
+    """asyncio's own errors, but running out of descriptors (the accept loop retries every
+    second and says so each time) is logged at most once a minute."""
+    limited = RateLimitedLog(logging.getLogger("asyncio"), interval=LOG_INTERVAL)
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+            limited.log(
+                logging.ERROR,
+                "out of descriptors",
+                "out of file descriptors or buffers",
+                error=str(exc),
+                what=str(context.get("message", "")),
+            )
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
+
+
+class Served:
+    """An application being served on a socket: :meth:`start`, then :meth:`stop`."""
+
+    def __init__(
+        self,
+        app: web.Application,
+        host: str,
+        port: int,
+        settings: ServerSettings,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.runner = web.AppRunner(
+            app, handle_signals=False, shutdown_timeout=settings.shutdown_timeout
+        )
+        self._host = host
+        self._port = port
+        self._settings = settings
+        self._ssl_context = ssl_context
+        self._site: _Site | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._site is not None
+        return self._site.port
+
+    async def start(self) -> None:
+        """Start the application (its cleanup contexts) and listen. On failure nothing is left
+        running."""
+        if CLIENT_ERRORS not in self.runner.app:
+            raise RuntimeError("serve a hardened application (exporter.serve.harden)")
+        await self.runner.setup()
+        try:
+            self._site = _Site(
+                self.runner,
+                self._host,
+                self._port,
+                settings=self._settings,
+                max_connections=connection_cap(self._settings.max_connections),
+                ssl_context=self._ssl_context,
+            )
+            await self._site.start()
+        except BaseException:
+            await self.runner.cleanup()
+            raise
+
+    async def stop(self) -> None:
+        """Stop listening, close idle connections, give requests in progress the shutdown
+        timeout, then stop the application."""
+        await self.runner.cleanup()
 
 
 async def serve(
@@ -18,21 +332,24 @@ async def serve(
     port: int,
     stop: asyncio.Event | None = None,
     *,
+    settings: ServerSettings | None = None,
     ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     stop = stop or asyncio.Event()
+    settings = settings or ServerSettings()
     loop = asyncio.get_running_loop()
+    _bounded_exception_handler(loop)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
+    served = Served(app, host, port, settings, ssl_context=ssl_context)
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-        await site.start()
-        log.info("listening", extra={"address": f"{host}:{port}"})
-        await stop.wait()
-        log.info("shutting down")
+        await served.start()
+        try:
+            log.info("listening", extra={"address": f"{host}:{served.port}"})
+            await stop.wait()
+            log.info("shutting down", extra={"shutdown_timeout": settings.shutdown_timeout})
+        finally:
+            await served.stop()
     finally:
-        await runner.cleanup()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
