@@ -102,7 +102,6 @@ def _run_agent(args: argparse.Namespace) -> int:
             make_app(settings),
             settings.listen_host,
             settings.listen_port,
-            settings=settings.server,
         )
     )
     return 0
@@ -150,7 +149,6 @@ def _run_controller(args: argparse.Namespace, *, environ: Mapping[str, str]) -> 
                 app,
                 settings.listen_host,
                 settings.listen_port,
-                settings=settings.server,
                 ssl_context=ssl_context,
             )
         )

@@ -82,6 +82,8 @@ class ClientErrors:
 
 
 CLIENT_ERRORS = web.AppKey("client_errors", ClientErrors)
+#: The listener's settings: the timeouts handlers apply (the webhook's body read) and serve's.
+SERVER_SETTINGS = web.AppKey("server_settings", ServerSettings)
 
 
 def error_response(status: int, message: str, **headers: str) -> web.Response:
@@ -110,11 +112,15 @@ async def _json_errors(
 _BODY_HEADERS = frozenset({"content-type", "content-length"})
 
 
-def harden(app: web.Application, registry: CollectorRegistry) -> None:
-    """JSON for the framework's own error answers (404, 405, ...), counted in ``registry``.
-    Call it before the application starts; its handlers report their own refusals with
-    ``app[CLIENT_ERRORS].observe``."""
+def harden(
+    app: web.Application, registry: CollectorRegistry, settings: ServerSettings | None = None
+) -> None:
+    """JSON for the framework's own error answers (404, 405, ...), counted in ``registry``; the
+    application is served with ``settings`` (its handlers read them as
+    ``app[SERVER_SETTINGS]``). Call it when the application is made; its handlers report their
+    own refusals with ``app[CLIENT_ERRORS].observe``."""
     app[CLIENT_ERRORS] = ClientErrors(registry)
+    app[SERVER_SETTINGS] = settings or ServerSettings()
     app.middlewares.append(_json_errors)
 
 
@@ -282,10 +288,12 @@ class Served:
         app: web.Application,
         host: str,
         port: int,
-        settings: ServerSettings,
         *,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        if CLIENT_ERRORS not in app:
+            raise RuntimeError("serve a hardened application (exporter.serve.harden)")
+        settings = app[SERVER_SETTINGS]
         self.runner = web.AppRunner(
             app, handle_signals=False, shutdown_timeout=settings.shutdown_timeout
         )
@@ -303,8 +311,6 @@ class Served:
     async def start(self) -> None:
         """Start the application (its cleanup contexts) and listen. On failure nothing is left
         running."""
-        if CLIENT_ERRORS not in self.runner.app:
-            raise RuntimeError("serve a hardened application (exporter.serve.harden)")
         await self.runner.setup()
         try:
             self._site = _Site(
@@ -332,16 +338,17 @@ async def serve(
     port: int,
     stop: asyncio.Event | None = None,
     *,
-    settings: ServerSettings | None = None,
     ssl_context: ssl.SSLContext | None = None,
 ) -> None:
+    """Serve ``app`` (made with :func:`harden`, whose settings apply) until ``stop`` is set or
+    SIGINT or SIGTERM arrives."""
     stop = stop or asyncio.Event()
-    settings = settings or ServerSettings()
+    settings = app[SERVER_SETTINGS]
     loop = asyncio.get_running_loop()
     _bounded_exception_handler(loop)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    served = Served(app, host, port, settings, ssl_context=ssl_context)
+    served = Served(app, host, port, ssl_context=ssl_context)
     try:
         await served.start()
         try:

@@ -143,7 +143,7 @@ def make_app(settings: AgentSettings, registry: CollectorRegistry | None = None)
     app = web.Application()
     app[SETTINGS] = settings
     app[REGISTRY] = registry if registry is not None else CollectorRegistry(auto_describe=True)
-    harden(app, app[REGISTRY])
+    harden(app, app[REGISTRY], settings.server)
     app.cleanup_ctx.append(_agent_ctx)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)

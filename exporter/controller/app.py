@@ -150,7 +150,7 @@ def make_app(
         app[KUBE_API] = api  # requests are reported to the observer it was built with
     else:
         app[KUBE_METRICS] = KubeRequestMetrics(app[REGISTRY])
-    harden(app, app[REGISTRY])
+    harden(app, app[REGISTRY], settings.server)
     app.cleanup_ctx.append(_kube_ctx)
     app.cleanup_ctx.append(_cluster_ctx)
     app.router.add_get("/metrics", metrics)

@@ -29,7 +29,7 @@ from typing import NoReturn
 from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestPayloadError
 
-from exporter.controller.app import REGISTRY, SETTINGS, follower
+from exporter.controller.app import REGISTRY, follower
 from exporter.controller.journal import Journal, JournalError, RecordResult
 from exporter.controller.settings import TOKEN_ENV, WebhookSettings
 from exporter.metrics import http
@@ -37,7 +37,7 @@ from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.webhook import WebhookMetrics, journal_families
 from exporter.model.names import shown
 from exporter.model.payload import PayloadError, decode_payload
-from exporter.serve import CLIENT_ERRORS, error_response
+from exporter.serve import CLIENT_ERRORS, SERVER_SETTINGS, error_response
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ async def _receive(request: web.Request) -> web.Response:
             "identity, gzip or deflate",
         )
     try:
-        async with asyncio.timeout(request.app[SETTINGS].server.read_timeout):
+        async with asyncio.timeout(request.app[SERVER_SETTINGS].read_timeout):
             raw = await _read_body(request, limit)
     except _TooLarge:
         return _cannot_read(request, 413, http.TOO_LARGE, f"the body is larger than {limit} bytes")
