@@ -33,11 +33,13 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from prometheus_client import CollectorRegistry
 
 from exporter.logs import RateLimitedLog
 from exporter.metrics.http import (
+    BAD_ENCODING,
     BAD_HTTP,
     TOO_MANY_CONNECTIONS,
     ClientErrorMetrics,
@@ -87,8 +89,12 @@ SERVER_SETTINGS = web.AppKey("server_settings", ServerSettings)
 
 
 def error_response(status: int, message: str, **headers: str) -> web.Response:
-    """The JSON answer of every refusal: ``{"error": message}``."""
-    return web.json_response({"error": message}, status=status, headers=headers or None)
+    """The JSON answer of every refusal: ``{"error": message}``. With ``Connection: close`` the
+    connection is closed after the answer (the header alone would not close it)."""
+    response = web.json_response({"error": message}, status=status, headers=headers or None)
+    if headers.get("Connection", "").lower() == "close":
+        response.force_close()
+    return response
 
 
 @web.middleware
@@ -144,7 +150,8 @@ class _Handler(RequestHandler):
     ) -> web.StreamResponse:
         if status >= 500:
             return super().handle_error(request, status, exc, message)  # a bug: its traceback
-        self._client_errors.observe(BAD_HTTP, message or str(exc or ""), request.remote)
+        reason = BAD_ENCODING if isinstance(exc, ContentEncodingError) else BAD_HTTP
+        self._client_errors.observe(reason, message or str(exc or ""), request.remote)
         if request.writer.output_size > 0:
             raise ConnectionError("an answer was sent already")
         response = error_response(status, f"bad request: {shown(message or '', 200)}")
