@@ -60,9 +60,6 @@ def plan_alert(alert: Alert, view: ClusterView, *, delete_nodes: bool) -> Plan |
             f"node label {_shown(node_name)!r} is not a node name (a DNS-1123 subdomain of at "
             "most 253 characters)",
         )
-    node = view.node(node_name)
-    if node is None:
-        return Refusal(UNKNOWN_NODE, f"node {_shown(node_name)!r} does not exist")
     namespace = pod = ""
     if action is Action.EVICT_POD:
         namespace = alert.labels.get(NAMESPACE_LABEL, "")
@@ -81,6 +78,9 @@ def plan_alert(alert: Alert, view: ClusterView, *, delete_nodes: bool) -> Plan |
                 f"pod label {_shown(pod)!r} is not a pod name (a DNS-1123 subdomain of at most "
                 "253 characters)",
             )
+    node = view.node(node_name)
+    if node is None:
+        return Refusal(UNKNOWN_NODE, f"node {_shown(node_name)!r} does not exist")
     kinds = rollback_steps(action, delete_node=delete_nodes)
     return Plan(
         action=action,
