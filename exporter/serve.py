@@ -97,6 +97,14 @@ def error_response(status: int, message: str, **headers: str) -> web.Response:
     return response
 
 
+def close_if_unread(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """An answer given before the request's body was read closes the connection after it (as
+    Go's server does): the client then knows not to send its next request on a connection the
+    server would drop while draining this body."""
+    if not request.content.at_eof():
+        response.force_close()
+
+
 @web.middleware
 async def _json_errors(
     request: web.Request, handler: Callable[[web.Request], Any]
@@ -112,7 +120,9 @@ async def _json_errors(
                 reason_of_status(exc.status), f"{request.method} {request.path}", request.remote
             )
         kept = {k: v for k, v in exc.headers.items() if k.lower() not in _BODY_HEADERS}
-        return error_response(exc.status, exc.reason, **kept)
+        answer = error_response(exc.status, exc.reason, **kept)
+        close_if_unread(request, answer)
+        return answer
 
 
 _BODY_HEADERS = frozenset({"content-type", "content-length"})

@@ -37,7 +37,7 @@ from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.webhook import WebhookMetrics, journal_families
 from exporter.model.names import shown
 from exporter.model.payload import PayloadError, decode_payload
-from exporter.serve import CLIENT_ERRORS, SERVER_SETTINGS, error_response
+from exporter.serve import CLIENT_ERRORS, SERVER_SETTINGS, close_if_unread, error_response
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,9 @@ def _refuse(
 ) -> web.Response:
     """A client mistake: counted by reason, logged at most once a minute, answered in JSON."""
     request.app[CLIENT_ERRORS].observe(reason, message, request.remote)
-    return _error(status, message, **headers)
+    answer = _error(status, message, **headers)
+    close_if_unread(request, answer)
+    return answer
 
 
 async def receive_alerts(request: web.Request) -> web.Response:
