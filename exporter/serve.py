@@ -15,8 +15,9 @@ Both roles serve their application (/metrics, /healthz, /readyz; the controller'
   (:class:`_Site`). The soft limit of open files is raised to its hard limit at start, and the
   cap lowered below it if needed, so that clients cannot take the descriptors the process needs;
   should the accept loop still run out of them, asyncio's error is logged once a minute.
-- On SIGTERM the listener closes, idle connections are closed, requests in progress get
-  ``--web.shutdown-timeout`` to finish and are then cancelled.
+- On SIGTERM the listener closes, requests in progress get ``--web.shutdown-timeout`` to
+  finish (their answers close their connections), then every connection is closed and what is
+  left is cancelled: the process exits within about the shutdown timeout plus 2 s.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 
 #: Descriptors kept for the process itself (journal, API connections, CRI, logs) below the cap.
 FD_RESERVE = 64
+#: After the shutdown timeout, how long aiohttp waits for idle connections to close and for
+#: cancelled requests to end (twice at most).
+CANCEL_WAIT = 1.0
 #: How often one kind of client mistake, or of accept-loop failure, is logged at most.
 LOG_INTERVAL = 60.0
 _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -84,6 +88,35 @@ class ClientErrors:
 
 
 CLIENT_ERRORS = web.AppKey("client_errors", ClientErrors)
+
+
+class InFlight:
+    """The requests being handled (in ``nodesync_http_requests_in_flight``); once ``stopping``,
+    their answers close their connections."""
+
+    def __init__(self, metrics: ClientErrorMetrics) -> None:
+        self.count = 0
+        self.stopping = False
+        self._gauge = metrics.in_flight
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def started(self) -> None:
+        self.count += 1
+        self._gauge.set(self.count)
+        self._idle.clear()
+
+    def finished(self) -> None:
+        self.count -= 1
+        self._gauge.set(self.count)
+        if self.count == 0:
+            self._idle.set()
+
+    async def idle(self) -> None:
+        await self._idle.wait()
+
+
+IN_FLIGHT = web.AppKey("in_flight", InFlight)
 #: The listener's settings: the timeouts handlers apply (the webhook's body read) and serve's.
 SERVER_SETTINGS = web.AppKey("server_settings", ServerSettings)
 
@@ -97,6 +130,13 @@ def error_response(status: int, message: str, **headers: str) -> web.Response:
     return response
 
 
+@web.middleware
+async def _guard_middleware(
+    request: web.Request, handler: Callable[[web.Request], Any]
+) -> web.StreamResponse:
+    return await _guard(request, handler)
+
+
 def close_if_unread(request: web.BaseRequest, response: web.StreamResponse) -> None:
     """An answer given before the request's body was read closes the connection after it (as
     Go's server does): the client then knows not to send its next request on a connection the
@@ -105,7 +145,18 @@ def close_if_unread(request: web.BaseRequest, response: web.StreamResponse) -> N
         response.force_close()
 
 
-@web.middleware
+async def _guard(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    in_flight = request.app[IN_FLIGHT]
+    in_flight.started()
+    try:
+        response: web.StreamResponse = await _json_errors(request, handler)
+    finally:
+        in_flight.finished()
+    if in_flight.stopping:
+        response.force_close()
+    return response
+
+
 async def _json_errors(
     request: web.Request, handler: Callable[[web.Request], Any]
 ) -> web.StreamResponse:
@@ -137,7 +188,8 @@ def harden(
     own refusals with ``app[CLIENT_ERRORS].observe``."""
     app[CLIENT_ERRORS] = ClientErrors(registry)
     app[SERVER_SETTINGS] = settings or ServerSettings()
-    app.middlewares.append(_json_errors)
+    app[IN_FLIGHT] = InFlight(app[CLIENT_ERRORS].metrics)
+    app.middlewares.append(_guard_middleware)
 
 
 class _Handler(RequestHandler):
@@ -311,14 +363,14 @@ class Served:
         if CLIENT_ERRORS not in app:
             raise RuntimeError("serve a hardened application (exporter.serve.harden)")
         settings = app[SERVER_SETTINGS]
-        self.runner = web.AppRunner(
-            app, handle_signals=False, shutdown_timeout=settings.shutdown_timeout
-        )
+        # aiohttp's own wait, once the shutdown timeout passed: for cancelled requests to end
+        self.runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=CANCEL_WAIT)
         self._host = host
         self._port = port
         self._settings = settings
         self._ssl_context = ssl_context
         self._site: _Site | None = None
+        self._stopped = False
 
     @property
     def port(self) -> int:
@@ -344,8 +396,25 @@ class Served:
             raise
 
     async def stop(self) -> None:
-        """Stop listening, close idle connections, give requests in progress the shutdown
-        timeout, then stop the application."""
+        """Stop listening; give the requests in progress the shutdown timeout to finish (their
+        bodies still arrive: aiohttp reads nothing more once its own shutdown starts); then
+        close every connection, cancel what is left, and stop the application."""
+        if self._stopped:
+            return
+        self._stopped = True
+        app = self.runner.app
+        in_flight = app[IN_FLIGHT]
+        in_flight.stopping = True
+        if self._site is not None:
+            await self._site.stop()  # no new connections
+        try:
+            async with asyncio.timeout(app[SERVER_SETTINGS].shutdown_timeout):
+                await in_flight.idle()
+        except TimeoutError:
+            log.warning(
+                "requests still in progress after --web.shutdown-timeout: cancelled",
+                extra={"requests": in_flight.count},
+            )
         await self.runner.cleanup()
 
 

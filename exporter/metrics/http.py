@@ -1,12 +1,12 @@
-"""The HTTP server's count of the requests and connections it refused for what a client did
-(both roles serve /metrics, the controller also the webhook): one counter with a bounded
-``reason``."""
+"""The HTTP server's instruments (both roles serve /metrics, the controller also the webhook):
+the requests and connections it refused for what a client did, by a bounded ``reason``, and the
+requests being handled."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 BAD_HTTP: Final = "bad_http"  # not HTTP the server can parse: request line, headers, chunks
 NOT_FOUND: Final = "not_found"
@@ -62,6 +62,11 @@ class ClientErrorMetrics:
         )
         for reason in CLIENT_ERROR_REASONS:
             self._refused.labels(reason=reason)
+        self.in_flight = Gauge(
+            "nodesync_http_requests_in_flight",
+            "Requests being handled: their head was read, their answer not yet sent.",
+            registry=registry,
+        )
 
     def observe(self, reason: str) -> None:
         self._refused.labels(reason=reason if reason in CLIENT_ERROR_REASONS else OTHER).inc()
