@@ -130,13 +130,6 @@ def error_response(status: int, message: str, **headers: str) -> web.Response:
     return response
 
 
-@web.middleware
-async def _guard_middleware(
-    request: web.Request, handler: Callable[[web.Request], Any]
-) -> web.StreamResponse:
-    return await _guard(request, handler)
-
-
 def close_if_unread(request: web.BaseRequest, response: web.StreamResponse) -> None:
     """An answer given before the request's body was read closes the connection after it (as
     Go's server does): the client then knows not to send its next request on a connection the
@@ -145,24 +138,14 @@ def close_if_unread(request: web.BaseRequest, response: web.StreamResponse) -> N
         response.force_close()
 
 
+@web.middleware
 async def _guard(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    """Every request: counted in flight; the framework's own error answers (404, 405, ...) in
+    JSON and counted; once the server stops, each answer closes its connection."""
     in_flight = request.app[IN_FLIGHT]
     in_flight.started()
     try:
-        response: web.StreamResponse = await _json_errors(request, handler)
-    finally:
-        in_flight.finished()
-    if in_flight.stopping:
-        response.force_close()
-    return response
-
-
-async def _json_errors(
-    request: web.Request, handler: Callable[[web.Request], Any]
-) -> web.StreamResponse:
-    try:
         response: web.StreamResponse = await handler(request)
-        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -171,9 +154,13 @@ async def _json_errors(
                 reason_of_status(exc.status), f"{request.method} {request.path}", request.remote
             )
         kept = {k: v for k, v in exc.headers.items() if k.lower() not in _BODY_HEADERS}
-        answer = error_response(exc.status, exc.reason, **kept)
-        close_if_unread(request, answer)
-        return answer
+        response = error_response(exc.status, exc.reason, **kept)
+        close_if_unread(request, response)
+    finally:
+        in_flight.finished()
+    if in_flight.stopping:
+        response.force_close()
+    return response
 
 
 _BODY_HEADERS = frozenset({"content-type", "content-length"})
@@ -189,7 +176,7 @@ def harden(
     app[CLIENT_ERRORS] = ClientErrors(registry)
     app[SERVER_SETTINGS] = settings or ServerSettings()
     app[IN_FLIGHT] = InFlight(app[CLIENT_ERRORS].metrics)
-    app.middlewares.append(_guard_middleware)
+    app.middlewares.append(_guard)
 
 
 class _Handler(RequestHandler):
