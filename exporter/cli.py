@@ -97,7 +97,13 @@ def _run_agent(args: argparse.Namespace) -> int:
 
     settings = build(AgentSettings, args)
     log.info("starting agent", extra={"version": __version__, **log_fields(settings)})
-    asyncio.run(serve(make_app(settings), settings.listen_host, settings.listen_port))
+    asyncio.run(
+        serve(
+            make_app(settings),
+            settings.listen_host,
+            settings.listen_port,
+        )
+    )
     return 0
 
 
@@ -138,7 +144,14 @@ def _run_controller(args: argparse.Namespace, *, environ: Mapping[str, str]) -> 
         log.warning("no webhook token: serving the cluster view only, no rollbacks")
     try:
         app = make_app(settings, extensions=extensions)
-        asyncio.run(serve(app, settings.listen_host, settings.listen_port, ssl_context=ssl_context))
+        asyncio.run(
+            serve(
+                app,
+                settings.listen_host,
+                settings.listen_port,
+                ssl_context=ssl_context,
+            )
+        )
     except (ConfigError, JournalError) as exc:
         log.error("cannot start the controller", extra={"error": str(exc)})
         return 2

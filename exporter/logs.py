@@ -6,6 +6,8 @@ import json
 import logging
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +42,52 @@ _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 }
 
 
+#: A field's text is cut to this many characters: a value from outside (an alert's label, a
+#: client's header) cannot make a log line of any length.
+MAX_FIELD_LENGTH = 1024
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_FIELD_LENGTH:
+        return f"{value[: MAX_FIELD_LENGTH - 40]}... ({len(value)} characters)"
+    return value
+
+
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _RESERVED}
+    return {k: _bounded(v) for k, v in vars(record).items() if k not in _RESERVED}
+
+
+class RateLimitedLog:
+    """One kind of line (``key``, from a bounded set) at most once per ``interval``: the first
+    at once, later ones only when the interval has passed, saying how many were left out
+    (``left_out``). For what clients or the system can repeat at any rate."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        interval: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._logger = logger
+        self._interval = interval
+        self._clock = clock
+        self._next: dict[str, float] = {}
+        self._left_out: Counter[str] = Counter()
+
+    def log(self, level: int, key: str, msg: str, **fields: Any) -> bool:
+        """Log ``msg`` with ``fields`` unless a line of this key was logged within the
+        interval; whether it was logged."""
+        now = self._clock()
+        if now < self._next.get(key, now):
+            self._left_out[key] += 1
+            return False
+        self._next[key] = now + self._interval
+        left_out = self._left_out.pop(key, 0)
+        if left_out:
+            fields["left_out"] = left_out
+        self._logger.log(level, msg, extra=fields)
+        return True
 
 
 class JSONFormatter(logging.Formatter):

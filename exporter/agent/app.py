@@ -26,6 +26,7 @@ from exporter.metrics.cleanup import cleanup_families
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.selfmetrics import build_info_family, start_family
+from exporter.serve import harden
 from exporter.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -142,6 +143,7 @@ def make_app(settings: AgentSettings, registry: CollectorRegistry | None = None)
     app = web.Application()
     app[SETTINGS] = settings
     app[REGISTRY] = registry if registry is not None else CollectorRegistry(auto_describe=True)
+    harden(app, app[REGISTRY], settings.server)
     app.cleanup_ctx.append(_agent_ctx)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)

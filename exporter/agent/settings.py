@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.settings.declare import setting
+from exporter.settings.declare import group, setting
+from exporter.settings.server import ServerSettings
 from exporter.settings.values import (
     ADDRESS,
     BOOLEAN,
@@ -32,6 +33,7 @@ class AgentSettings:
         ADDRESS,
         doc="address serving `/metrics`, `/healthz`, `/readyz`",
     )
+    server: ServerSettings = group(ServerSettings)  # the listener's timeouts and limits
     sync_period: float = setting(
         "--sync-period",
         "10s",

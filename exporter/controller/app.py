@@ -27,6 +27,7 @@ from exporter.kube.observer import RequestObserver
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.selfmetrics import build_info_family
+from exporter.serve import harden
 
 SETTINGS = web.AppKey("settings", ControllerSettings)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -149,6 +150,7 @@ def make_app(
         app[KUBE_API] = api  # requests are reported to the observer it was built with
     else:
         app[KUBE_METRICS] = KubeRequestMetrics(app[REGISTRY])
+    harden(app, app[REGISTRY], settings.server)
     app.cleanup_ctx.append(_kube_ctx)
     app.cleanup_ctx.append(_cluster_ctx)
     app.router.add_get("/metrics", metrics)

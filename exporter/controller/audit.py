@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from exporter.kube.errors import KubeError
 from exporter.kube.writer import KubeWriter
+from exporter.model.names import is_dns1123_subdomain
 from exporter.model.rollback import NodeRollback, StepKind, StepState
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,9 @@ class Audit:
             )
 
     async def on_node(self, name: str, *, reason: str, message: str, type_: str, key: str) -> None:
-        """An Event on the node ``name``, if it exists (its uid read now)."""
-        if self._dry_run or not name:
+        """An Event on the node ``name``, if it exists (its uid read now). A name no node can
+        have (an alert's label that is not a DNS-1123 subdomain) is not looked up."""
+        if self._dry_run or not is_dns1123_subdomain(name):
             return
         try:
             node = await self._writer.get_node(name)

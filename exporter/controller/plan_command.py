@@ -1,7 +1,9 @@
 """``nodesync plan``: what the rollback hook would do with a webhook payload, against the live
 cluster, without changing anything.
 
-It reads an Alertmanager webhook payload (a file, or ``-`` for stdin), lists the Nodes, node
+It reads an Alertmanager webhook payload (a file, or ``-`` for stdin), decoded and validated by
+the webhook's own decoder (exporter.model.payload.decode_payload: what the webhook refuses with
+400, ``plan`` refuses with the same one-line message and exit code 2), lists the Nodes, node
 Leases and NodeRollbacks once (reads only), and decides each alert in the order of the payload
 exactly as the controller would (exporter.model.decision), counting the NodeRollbacks in the
 cluster in the budget (waves are judged from the nodes that exist now, so a wave that lost nodes
@@ -18,7 +20,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from exporter.controller.settings import PlanSettings
 from exporter.kube.api import KubeAPI
@@ -49,7 +51,8 @@ from exporter.model.guards import (
     correlated_failure,
 )
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
-from exporter.model.payload import PayloadError, parse_payload
+from exporter.model.names import shown
+from exporter.model.payload import PayloadError, decode_payload
 from exporter.model.rollback import NodeRollback, Plan, StepKind
 
 # API writes a step makes when it has something to do, besides its Event (a drain also evicts
@@ -188,8 +191,8 @@ def write_text(report: Report, out: TextIO) -> None:
         f"{counts[WAITS]} would wait. Nothing was changed.\n\n"
     )
     for i, d in enumerate(report.decisions):
-        name = d.alert.labels.get("alertname", "") or "(no alertname)"
-        where = d.alert.node or "(no node)"
+        name = shown(d.alert.labels.get("alertname", "")) or "(no alertname)"
+        where = shown(d.alert.node) or "(no node)"
         out.write(f"{name} {d.alert.fingerprint} on {where}: ")
         created = report.created.get(i)
         if d.verdict == JOIN:
@@ -229,14 +232,18 @@ def write_text(report: Report, out: TextIO) -> None:
 # ---------------------------------------------------------------- run
 
 
-def read_payload(path: str, stdin: TextIO) -> WebhookPayload:
-    """Raises PayloadError (or OSError for an unreadable file)."""
-    text = stdin.read() if path == "-" else Path(path).read_text()
-    try:
-        body = json.loads(text)
-    except ValueError as exc:
-        raise PayloadError(f"malformed JSON: {exc}") from None
-    return parse_payload(body)
+def _read_stdin(stdin: IO[Any]) -> bytes:
+    binary = getattr(stdin, "buffer", stdin)
+    data = binary.read()
+    # a text stream without a buffer (a test's StringIO): its text, as UTF-8 bytes again
+    return data if isinstance(data, bytes) else data.encode("utf-8", "surrogateescape")
+
+
+def read_payload(path: str, stdin: IO[Any]) -> WebhookPayload:
+    """The payload, decoded and validated exactly as the webhook does (decode_payload).
+    Raises PayloadError (or OSError for an unreadable file)."""
+    raw = _read_stdin(stdin) if path == "-" else Path(path).read_bytes()
+    return decode_payload(raw)
 
 
 async def read_rollbacks(api: KubeAPI) -> tuple[list[NodeRollback], bool]:
@@ -278,8 +285,14 @@ async def run(settings: PlanSettings) -> int:
     server could not be read."""
     try:
         payload = read_payload(settings.payload, sys.stdin)
-    except (PayloadError, OSError) as exc:
-        print(f"nodesync plan: cannot read the payload: {exc}", file=sys.stderr)
+    except PayloadError as exc:
+        print(f"nodesync plan: cannot read the payload: {exc.message}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(
+            f"nodesync plan: cannot read the payload: {exc.strerror or exc}: {settings.payload}",
+            file=sys.stderr,
+        )
         return 2
     try:
         configuration = await load_configuration(settings.kubeconfig)

@@ -23,6 +23,7 @@ from typing import Final
 
 from exporter.model.guards import GuardPolicy
 from exporter.settings.declare import Setting, build, group, setting
+from exporter.settings.server import ServerSettings
 from exporter.settings.values import (
     ADDRESS,
     BOOLEAN,
@@ -72,6 +73,7 @@ class ControllerSettings:
         ADDRESS,
         doc="address serving `/metrics`, `/healthz`, `/readyz`",
     )
+    server: ServerSettings = group(ServerSettings)  # the listener's timeouts and limits
     kubeconfig: str = KUBECONFIG.field()
     wave_label: str = WAVE_LABEL.field()  # empty: waves by creation time only
     wave_gap: float = WAVE_GAP.field()

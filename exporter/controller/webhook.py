@@ -1,10 +1,12 @@
 """The Alertmanager webhook: ``POST /alerts`` on the controller, recording every alert in the
 journal before it answers 2xx.
 
-Alertmanager retries a notification only on a 5xx answer. So: 401/413/415/400 only for requests
-no retry can fix (auth, size, type, malformed payload); 503 when the journal cannot commit (locked,
-disk full, closed), so Alertmanager tries again; 500 for anything unexpected; 200 only once
-``Journal.record`` returned, i.e. the delivery is on disk. Every answer is JSON.
+Alertmanager retries a notification only on a 5xx answer. So: 401/413/415/400/408 only for
+requests no retry can fix (auth, size, type or encoding, malformed payload, a body that did not
+arrive); 503 when the journal cannot commit (locked, disk full, closed), so Alertmanager tries
+again; 500 for anything unexpected; 200 only once ``Journal.record`` returned, i.e. the delivery
+is on disk. Every answer is JSON. Client mistakes are counted by reason and logged at most once a
+minute (exporter.serve.ClientErrors), never once per request.
 
 Installed with ``make_app(settings, extensions=[webhook_extension(webhook_settings)])``: its
 cleanup context opens the journal (``app[JOURNAL]``) after the API client and the cluster watch,
@@ -18,7 +20,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import json
 import logging
 import ssl
 import time
@@ -26,13 +27,17 @@ from collections.abc import AsyncIterator, Callable
 from typing import NoReturn
 
 from aiohttp import hdrs, web
+from aiohttp.web_protocol import RequestPayloadError
 
 from exporter.controller.app import REGISTRY, follower
 from exporter.controller.journal import Journal, JournalError, RecordResult
 from exporter.controller.settings import TOKEN_ENV, WebhookSettings
+from exporter.metrics import http
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.webhook import WebhookMetrics, journal_families
-from exporter.model.payload import PayloadError, parse_payload
+from exporter.model.names import shown
+from exporter.model.payload import PayloadError, decode_payload
+from exporter.serve import CLIENT_ERRORS, SERVER_SETTINGS, close_if_unread, error_response
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,8 @@ WEBHOOK_SETTINGS = web.AppKey("webhook_settings", WebhookSettings)
 _TOKEN = web.AppKey("webhook_token", bytes)
 
 PATH = "/alerts"
+#: The Content-Encodings of a body the webhook reads (aiohttp decodes them); no header is identity.
+CONTENT_ENCODINGS = frozenset({"identity", "gzip", "deflate"})
 #: How often old journal entries are pruned (also once at start).
 PRUNE_INTERVAL = 3600.0
 _READ_CHUNK = 64 * 1024
@@ -143,7 +150,17 @@ async def _prune(journal: Journal, retention: float) -> NoReturn:
 
 
 def _error(status: int, message: str, **headers: str) -> web.Response:
-    return web.json_response({"error": message}, status=status, headers=headers or None)
+    return error_response(status, message, **headers)
+
+
+def _refuse(
+    request: web.Request, reason: str, status: int, message: str, **headers: str
+) -> web.Response:
+    """A client mistake: counted by reason, logged at most once a minute, answered in JSON."""
+    request.app[CLIENT_ERRORS].observe(reason, message, request.remote)
+    answer = _error(status, message, **headers)
+    close_if_unread(request, answer)
+    return answer
 
 
 async def receive_alerts(request: web.Request) -> web.Response:
@@ -162,38 +179,60 @@ def _authorized(request: web.Request) -> web.Response | None:
     header = request.headers.get(hdrs.AUTHORIZATION, "")
     scheme, _, credentials = header.strip().partition(" ")
     if scheme.lower() != "bearer" or not credentials.strip():
-        log.warning("webhook request without a bearer token", extra={"remote": request.remote})
-        return _error(401, "missing bearer token", **{hdrs.WWW_AUTHENTICATE: "Bearer"})
+        return _refuse(
+            request,
+            http.UNAUTHORIZED,
+            401,
+            "missing bearer token",
+            **{hdrs.WWW_AUTHENTICATE: "Bearer"},
+        )
     given = credentials.strip().encode("utf-8", "surrogateescape")
     # compared as digests: equal lengths, so the time taken tells nothing about the token
     expected = hashlib.sha256(request.app[_TOKEN]).digest()
     if not hmac.compare_digest(hashlib.sha256(given).digest(), expected):
-        log.warning("webhook request with a wrong token", extra={"remote": request.remote})
-        return _error(
-            401, "invalid bearer token", **{hdrs.WWW_AUTHENTICATE: 'Bearer error="invalid_token"'}
+        return _refuse(
+            request,
+            http.UNAUTHORIZED,
+            401,
+            "invalid bearer token",
+            **{hdrs.WWW_AUTHENTICATE: 'Bearer error="invalid_token"'},
         )
     return None
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes | None:
-    """The body, or None once it grows past ``limit`` (a chunked body has no length up front)."""
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    """The body (decoded from its Content-Encoding); _TooLarge once it grows past ``limit`` (a
+    chunked or compressed body has no length up front)."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_chunked(_READ_CHUNK):
         size += len(chunk)
         if size > limit:
-            return None
+            raise _TooLarge
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
+def _cannot_read(request: web.Request, status: int, reason: str, message: str) -> web.Response:
+    """The body cannot be read to its end: answered, and the connection closed after the answer
+    (what is left of the body is not read)."""
+    request.content.feed_eof()
+    return _refuse(request, reason, status, message, **{hdrs.CONNECTION: "close"})
 
 
 async def _receive(request: web.Request) -> web.Response:
     if request.method != hdrs.METH_POST:
-        return _error(405, f"use POST {PATH}", **{hdrs.ALLOW: hdrs.METH_POST})
+        return _refuse(
+            request,
+            http.METHOD_NOT_ALLOWED,
+            405,
+            f"use POST {PATH}",
+            **{hdrs.ALLOW: hdrs.METH_POST},
+        )
     refused = _authorized(request)
     if refused is not None:
         return refused
@@ -204,21 +243,44 @@ async def _receive(request: web.Request) -> web.Response:
         )
     limit = request.app[WEBHOOK_SETTINGS].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
-        return _error(413, f"the body is larger than {limit} bytes")
+        return _refuse(request, http.TOO_LARGE, 413, f"the body is larger than {limit} bytes")
     if request.content_type != "application/json":
-        return _error(415, f"Content-Type must be application/json, got {request.content_type}")
-    raw = await _read_body(request, limit)
-    if raw is None:
-        return _error(413, f"the body is larger than {limit} bytes")
+        return _refuse(
+            request,
+            http.UNSUPPORTED_MEDIA_TYPE,
+            415,
+            f"Content-Type must be application/json, got {shown(request.content_type, 64)}",
+        )
+    encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
+    if encoding not in CONTENT_ENCODINGS:
+        return _refuse(
+            request,
+            http.BAD_ENCODING,
+            415,
+            f"Content-Encoding {shown(encoding, 64)!r} is not supported: send the body as "
+            "identity, gzip or deflate",
+        )
     try:
-        body = json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        return _error(400, f"malformed JSON: {exc}")
+        async with asyncio.timeout(request.app[SERVER_SETTINGS].read_timeout):
+            raw = await _read_body(request, limit)
+    except _TooLarge:
+        return _cannot_read(request, 413, http.TOO_LARGE, f"the body is larger than {limit} bytes")
+    except TimeoutError:
+        return _cannot_read(
+            request, 408, http.BODY_TIMEOUT, "the body did not arrive in time (--web.read-timeout)"
+        )
+    except web.HTTPException:
+        raise
+    except RequestPayloadError as exc:  # a body that is not in its encoding, a broken chunk
+        reason = http.BAD_HTTP if encoding == "identity" else http.BAD_ENCODING
+        cause = exc.__cause__ or exc
+        return _cannot_read(
+            request, 400, reason, f"the body cannot be read ({encoding}): {shown(str(cause), 200)}"
+        )
     try:
-        payload = parse_payload(body)
+        payload = decode_payload(raw)
     except PayloadError as exc:
-        log.warning("malformed webhook payload", extra={"error": exc.message})
-        return _error(400, exc.message)
+        return _refuse(request, http.MALFORMED_PAYLOAD, 400, exc.message)
     try:
         result = await request.app[JOURNAL].record(payload, received_at=time.time())
     except JournalError as exc:
@@ -228,8 +290,8 @@ async def _receive(request: web.Request) -> web.Response:
     log.info(
         "alerts recorded",
         extra={
-            "receiver": payload.receiver,
-            "group_key": payload.group_key,
+            "receiver": shown(payload.receiver),
+            "group_key": shown(payload.group_key, 200),
             "alerts": len(payload.alerts),
             "new": result.new,
             "duplicates": result.duplicates,

@@ -106,6 +106,11 @@ class InvalidResponse(KubeError):
     """A 2xx answer whose body is not the JSON the API promises."""
 
 
+class InvalidName(_Final):
+    """A request was not sent: the object's name or namespace is not a name the API server
+    could hold (``..``, ``a/status``, over-long), so no path is built from it. ``code`` is 0."""
+
+
 _BY_CODE: dict[int, type[KubeError]] = {
     400: BadRequest,
     401: Unauthorized,

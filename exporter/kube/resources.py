@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from exporter.kube.errors import CODE_UNREACHABLE, InvalidName
+from exporter.model.names import is_dns1123_label, is_dns1123_subdomain, shown
+
 
 @dataclass(frozen=True, slots=True)
 class Resource:
@@ -26,7 +29,17 @@ class Resource:
 
     def path(self, namespace: str | None = None, name: str | None = None) -> str:
         """The REST path: the collection (across namespaces when ``namespace`` is None), or
-        one object when ``name`` is given."""
+        one object when ``name`` is given. InvalidName (nothing is sent) for a namespace that is
+        not a DNS-1123 label or a name that is not a DNS-1123 subdomain: the names of every
+        resource here are, and anything else (``..``, ``n/status``) would change the path."""
+        if namespace and not is_dns1123_label(namespace):
+            raise InvalidName(
+                CODE_UNREACHABLE, "InvalidName", f"not a namespace name: {shown(namespace)!r}"
+            )
+        if name and not is_dns1123_subdomain(name):
+            raise InvalidName(
+                CODE_UNREACHABLE, "InvalidName", f"not a {self.kind} name: {shown(name)!r}"
+            )
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced:
             if namespace:

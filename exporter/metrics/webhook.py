@@ -12,7 +12,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from exporter.model.alerts import FIRING, RESOLVED
 
 #: Every status code the webhook answers with (the ``code`` label's values).
-WEBHOOK_CODES: Final = ("200", "400", "401", "405", "413", "415", "500", "503")
+WEBHOOK_CODES: Final = ("200", "400", "401", "405", "408", "413", "415", "500", "503")
 
 #: A request reads at most a megabyte and waits for one fsync (or for a lock, up to seconds).
 WEBHOOK_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

@@ -9,14 +9,19 @@ other senders may not): ``truncatedAlerts`` (0), ``groupLabels``, ``commonLabels
 Timestamps are RFC 3339 (as Go writes them: up to nanoseconds, ``Z`` or an offset); Go's zero time
 ``0001-01-01T00:00:00Z`` means "not set": an ``endsAt`` of a firing alert, never a ``startsAt``.
 Sizes are capped so one request cannot make the journal store unbounded data.
+
+:func:`decode_payload` is the one way from bytes to a payload, for the webhook and for
+``nodesync plan`` alike: UTF-8 JSON (no NaN or Infinity, nesting bounded), then
+:func:`parse_payload`.
 """
 
 from __future__ import annotations
 
 import calendar
+import json
 import re
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, NoReturn
 
 from exporter.model.alerts import ALERT_STATUSES, Alert, WebhookPayload, episode_start
 
@@ -201,3 +206,24 @@ def parse_payload(body: object) -> WebhookPayload:
         ),
         external_url=_optional_string(body, "externalURL", ""),
     )
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_payload(raw: bytes) -> WebhookPayload:
+    """A WebhookPayload from a request body; PayloadError for anything else: not UTF-8, not
+    JSON (NaN and Infinity are not JSON), nested deeper than the decoder goes, or not a valid
+    version-4 payload. The message is one line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PayloadError(f"malformed JSON: not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        body = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise PayloadError("malformed JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise PayloadError(f"malformed JSON: {exc}") from None
+    return parse_payload(body)

@@ -8,6 +8,10 @@ The alert's ``nodesync_action`` label says what to do (nodesync's alerting rules
 - ``cleanup_orphans``: clean up the runtime of ``node`` and verify.
 - ``none``, a missing or an unknown action: nothing (a refusal says why).
 
+The label values that become API names are checked first: a ``node`` that is not a DNS-1123
+subdomain, a ``namespace`` that is not a DNS-1123 label, a ``pod`` that is not a DNS-1123
+subdomain is refused ``invalid_name``, and never looked up.
+
 The planner only decides what an alert asks for; whether it may be done is the guards' job
 (exporter.model.guards), and whether it is still needed is re-checked before every step.
 """
@@ -16,6 +20,8 @@ from __future__ import annotations
 
 from exporter.model.alerts import FIRING, NODE_LABEL, Alert
 from exporter.model.clusterview import ClusterView
+from exporter.model.names import is_dns1123_label, is_dns1123_subdomain
+from exporter.model.names import shown as _shown
 from exporter.model.rollback import Action, Plan, Refusal, Step, StepKind, rollback_steps
 
 NAMESPACE_LABEL = "namespace"
@@ -27,15 +33,9 @@ NO_ACTION = "no_action"
 UNKNOWN_ACTION = "unknown_action"
 MISSING_LABEL = "missing_label"
 UNKNOWN_NODE = "unknown_node"
+INVALID_NAME = "invalid_name"
 
-REASONS = (RESOLVED, NO_ACTION, UNKNOWN_ACTION, MISSING_LABEL, UNKNOWN_NODE)
-
-_MAX_DETAIL_VALUE = 80
-
-
-def _shown(value: str) -> str:
-    """A label value as it appears in a detail message, cut to a bounded length."""
-    return value if len(value) <= _MAX_DETAIL_VALUE else value[: _MAX_DETAIL_VALUE - 3] + "..."
+REASONS = (RESOLVED, NO_ACTION, UNKNOWN_ACTION, MISSING_LABEL, INVALID_NAME, UNKNOWN_NODE)
 
 
 def plan_alert(alert: Alert, view: ClusterView, *, delete_nodes: bool) -> Plan | Refusal:
@@ -54,15 +54,33 @@ def plan_alert(alert: Alert, view: ClusterView, *, delete_nodes: bool) -> Plan |
     node_name = alert.labels.get(NODE_LABEL, "")
     if not node_name:
         return Refusal(MISSING_LABEL, "the alert has no node label")
-    node = view.node(node_name)
-    if node is None:
-        return Refusal(UNKNOWN_NODE, f"node {_shown(node_name)!r} does not exist")
+    if not is_dns1123_subdomain(node_name):
+        return Refusal(
+            INVALID_NAME,
+            f"node label {_shown(node_name)!r} is not a node name (a DNS-1123 subdomain of at "
+            "most 253 characters)",
+        )
     namespace = pod = ""
     if action is Action.EVICT_POD:
         namespace = alert.labels.get(NAMESPACE_LABEL, "")
         pod = alert.labels.get(POD_LABEL, "")
         if not namespace or not pod:
             return Refusal(MISSING_LABEL, "an evict_pod alert needs namespace and pod labels")
+        if not is_dns1123_label(namespace):
+            return Refusal(
+                INVALID_NAME,
+                f"namespace label {_shown(namespace)!r} is not a namespace name (a DNS-1123 "
+                "label of at most 63 characters)",
+            )
+        if not is_dns1123_subdomain(pod):
+            return Refusal(
+                INVALID_NAME,
+                f"pod label {_shown(pod)!r} is not a pod name (a DNS-1123 subdomain of at most "
+                "253 characters)",
+            )
+    node = view.node(node_name)
+    if node is None:
+        return Refusal(UNKNOWN_NODE, f"node {_shown(node_name)!r} does not exist")
     kinds = rollback_steps(action, delete_node=delete_nodes)
     return Plan(
         action=action,

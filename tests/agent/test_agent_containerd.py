@@ -132,7 +132,9 @@ async def test_exposition_passes_promtool_and_matches_the_docs(
         "the mixed pod to settle",
     )
     check_metrics(text)
-    documented = documented_metric_names(DOC.read_text(), "Agent")
+    documented = documented_metric_names(DOC.read_text(), "Agent") | documented_metric_names(
+        DOC.read_text(), "HTTP server"
+    )
     exposed = exposed_metric_names(text)
     undocumented = exposed - documented
     assert not undocumented, f"exported but not in docs/metrics.md: {sorted(undocumented)}"

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from exporter.controller.executor import REFUSAL_REASONS
 from exporter.controller.exposition import SOURCE_APISERVER, controller_families
 from exporter.metrics.collector import SnapshotCollector
+from exporter.metrics.http import CLIENT_ERROR_REASONS, ClientErrorMetrics
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family
@@ -72,6 +73,14 @@ def rich_kube_requests(registry: CollectorRegistry) -> None:
     metrics.observe_leader_election_error("403")
 
 
+def rich_listener(registry: CollectorRegistry) -> None:
+    """What the listener counts (exporter.serve), with one of everything."""
+    metrics = ClientErrorMetrics(registry)
+    for reason in CLIENT_ERROR_REASONS:
+        metrics.observe(reason)
+    metrics.in_flight.set(1)
+
+
 def rich_rollback(registry: CollectorRegistry) -> None:
     """What the rollback executor adds to /metrics, with something in every series."""
     metrics = RollbackMetrics(REFUSAL_REASONS)
@@ -92,11 +101,12 @@ def rich_rollback(registry: CollectorRegistry) -> None:
 
 def rich_controller_exposition(*, with_kube_requests: bool = True, with_hook: bool = True) -> str:
     """Everything the controller's /metrics serves: the families built from the view and, unless
-    told otherwise, the API client's instruments and the rollback hook's (webhook, journal,
-    executor)."""
+    told otherwise, the API client's and the listener's instruments and the rollback hook's
+    (webhook, journal, executor)."""
     registry = CollectorRegistry()
     if with_kube_requests:
         rich_kube_requests(registry)
+        rich_listener(registry)
     if with_hook:
         rich_webhook(registry)
         rich_rollback(registry)

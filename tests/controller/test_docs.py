@@ -1,6 +1,6 @@
 """docs/metrics.md and the controller's /metrics name the same metrics: the Controller sections
 (cluster view, webhook, rollback), plus the Kubernetes API client section for the instruments of
-its watches."""
+its watches and the HTTP server section for its listener's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tests.controller.every_series import rich_controller_exposition
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.promtool import check_metrics
 
-SECTIONS = ("Controller", "Kubernetes API client")
+SECTIONS = ("Controller", "Kubernetes API client", "HTTP server")
 
 
 def test_controller_exposition_matches_the_doc() -> None:

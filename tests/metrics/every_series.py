@@ -11,6 +11,7 @@ from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.drift import drift_families
 from exporter.metrics.host import host_families
+from exporter.metrics.http import CLIENT_ERROR_REASONS, ClientErrorMetrics
 from exporter.metrics.kubelet import kubelet_families
 from exporter.metrics.pod_problems import pod_problem_families
 from exporter.metrics.pods import pods_family
@@ -195,5 +196,9 @@ def rich_agent_exposition() -> str:
     cri.observe("list_podsandbox", 0.004, "OK")
     cri.observe("container_status", 2.0, "DEADLINE_EXCEEDED")
     SyncMetrics(registry).observe(0.3)
+    listener = ClientErrorMetrics(registry)
+    for reason in CLIENT_ERROR_REASONS:
+        listener.observe(reason)
+    listener.in_flight.set(1)
     registry.register(SnapshotCollector(lambda: families))
     return generate_latest(registry).decode()

@@ -109,6 +109,36 @@ def test_evict_names_the_pod() -> None:
             "unknown_node",
             id="pod-on-unknown-node",
         ),
+        pytest.param(
+            "firing", {"nodesync_action": "rollback_node", "node": ".."}, "invalid_name",
+            id="node-dotdot",
+        ),
+        pytest.param(
+            "firing", {"nodesync_action": "rollback_node", "node": "n1/status"}, "invalid_name",
+            id="node-subresource",
+        ),
+        pytest.param(
+            "firing", {"nodesync_action": "cleanup_orphans", "node": "N1"}, "invalid_name",
+            id="node-upper-case",
+        ),
+        pytest.param(
+            "firing",
+            {"nodesync_action": "evict_pod", "node": "n1", "namespace": "a.b", "pod": "p"},
+            "invalid_name",
+            id="namespace-not-a-label",
+        ),
+        pytest.param(
+            "firing",
+            {"nodesync_action": "evict_pod", "node": "n1", "namespace": "ns", "pod": "p/log"},
+            "invalid_name",
+            id="pod-subresource",
+        ),
+        pytest.param(
+            "firing",
+            {"nodesync_action": "evict_pod", "node": "n1", "namespace": "n" * 64, "pod": "p"},
+            "invalid_name",
+            id="namespace-too-long",
+        ),
     ],
 )  # fmt: skip
 def test_refusals(status: str, labels: dict[str, str], reason: str) -> None:
@@ -124,3 +154,14 @@ def test_a_long_label_value_is_cut_in_the_detail() -> None:
     assert isinstance(result, Refusal)
     assert result.reason == "unknown_action"
     assert len(result.detail) < 200
+
+
+def test_an_over_long_node_name_is_refused_and_cut_in_the_detail() -> None:
+    huge = "n" * 16_000 + "/status"
+    result = plan_alert(
+        alert(nodesync_action="rollback_node", node=huge), view(), delete_nodes=False
+    )
+    assert isinstance(result, Refusal)
+    assert result.reason == "invalid_name"
+    assert len(result.detail) < 200
+    assert "DNS-1123 subdomain" in result.detail
