@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -31,7 +32,6 @@ from tests.kube.conftest import Recorder, running, sample
 from tests.support.kubeapi import KubeCleanup
 from tests.support.realkube import (
     MERGE_PATCH,
-    audit_event,
     connect,
     eventually,
     query,
@@ -44,6 +44,7 @@ CASE = "nodesync.test/case"
 EVENTS = "nodesync_informer_watch_events_total"
 RELISTS = "nodesync_informer_relists_total"
 ERRORS = "nodesync_kube_request_errors_total"
+WATCHES = "nodesync_kube_watches_total"
 
 
 def _node(name: str, case: str) -> dict[str, Any]:
@@ -152,6 +153,20 @@ async def test_list_from_the_cache_then_a_burst_of_changes_ends_equal_to_the_ser
     assert 300 <= int(query(watch)["timeoutSeconds"]) <= 600
 
 
+class WatchRecorder(KubeAPI):
+    """The real client, keeping the resourceVersion of every watch the server answered."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.watched: list[str] = []
+
+    @asynccontextmanager
+    async def watch(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async with super().watch(*args, **kwargs) as events:
+            self.watched.append(kwargs["resource_version"])
+            yield events
+
+
 async def test_bookmarks_move_the_version_past_writes_to_other_objects(
     kubeapi: LocalKubeAPIServer,
     kubeapi_namespace: str,
@@ -160,14 +175,14 @@ async def test_bookmarks_move_the_version_past_writes_to_other_objects(
 ) -> None:
     namespace = kubeapi_namespace
     collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-    # Watches of 4-8 s: 1.20 sends the bookmark about 2 s before each one ends.
-    timing = InformerTiming(watch_timeout_seconds=4.0)
+    # Watches of 3-6 s: 1.20 sends the bookmark about 2 s before each one ends.
+    timing = InformerTiming(watch_timeout_seconds=3.0)
     written: list[int] = []
     stop = asyncio.Event()
 
     async def write_other_leases() -> None:
-        # Other Leases of the namespace, none of them this watch's. Written while the watch
-        # runs: 1.20 bookmarks only what changed after a watch started.
+        # Other Leases of the namespace, none of them this watch's, written all along: 1.20
+        # bookmarks only what changed after a watch started.
         while not stop.is_set():
             name = f"other-{len(written)}"
             lease = await asyncio.to_thread(
@@ -177,7 +192,8 @@ async def test_bookmarks_move_the_version_past_writes_to_other_objects(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
 
-    async with await connect(kubeapi, observer=metrics) as api:
+    configuration = await kubeconfig_configuration(str(kubeapi.kubeconfig(ADMIN)))
+    async with WatchRecorder(configuration, observer=metrics) as api:
         informer = Informer(
             api,
             LEASES,
@@ -198,26 +214,24 @@ async def test_bookmarks_move_the_version_past_writes_to_other_objects(
                     "a bookmark past the other Leases' writes",
                     within=20,
                 )
+                assert informer.store == {}
+                assert sample(registry, EVENTS, resource="leases", type="BOOKMARK") >= 1
+                assert sample(registry, EVENTS, resource="leases", type="ADDED") == 0
+
+                # The next watch resumes from the bookmark's version, not from the list's.
+                # (Waiting for the server's answer to it, not just for the request: the test
+                # then ends with that watch open, never in the middle of its TLS handshake,
+                # which a cancellation would leave unclosed when the loop ends.)
+                await eventually(
+                    lambda: any(int(rv) >= first for rv in api.watched[1:]),
+                    "a watch from the bookmark's version",
+                    within=20,
+                )
+                assert api.watched[0] == str(listed)
             finally:
                 stop.set()
                 await writer
             assert informer.store == {}
-            assert sample(registry, EVENTS, resource="leases", type="BOOKMARK") >= 1
-            assert sample(registry, EVENTS, resource="leases", type="ADDED") == 0
-            bookmarked = int(informer.resource_version or "0")
-            assert bookmarked in written
-
-            # The next watch resumes from the bookmark's version, not from the list's.
-            resumed = await audit_event(
-                kubeapi,
-                lambda e: (
-                    e["verb"] == "watch"
-                    and e.get("objectRef", {}).get("namespace") == namespace
-                    and int(query(e).get("resourceVersion", "0")) >= first
-                ),
-                within=20,
-            )
-            assert query(resumed)["fieldSelector"] == "metadata.name=not-there"
     assert sample(registry, RELISTS, resource="leases") == 0
 
 
@@ -299,3 +313,31 @@ async def test_expired_history_relists_and_hands_the_gap_to_the_handlers(
     # than what the informer had seen).
     lists = requests(server, verb="list", resource="nodes", uri_contains=case, product=True)
     assert [query(x).get("resourceVersion", "") for x in lists] == ["0", ""]
+
+
+def _sockets_to(port: int) -> list[str]:
+    """This process's TCP connections to ``port`` that still have a socket (their states)."""
+    return [
+        c.status
+        for c in psutil.Process().net_connections("tcp")
+        if c.raddr and c.raddr.port == port
+    ]
+
+
+async def test_a_stopped_informer_closes_its_watch_connection_at_once(
+    kubeapi: LocalKubeAPIServer,
+    kubeapi_namespace: str,
+    registry: CollectorRegistry,
+    metrics: KubeRequestMetrics,
+) -> None:
+    # As at shutdown: the informer is cancelled mid-watch, the client closed, and the event loop
+    # ends. A graceful TLS close of the watch's connection waits for the server's answer in the
+    # background, outside the connection pool (which aborts what it holds when the client
+    # closes), and leaves the socket open if the loop ends first (ResourceWarning: unclosed
+    # transport). The connection must be gone once the cancelled informer has ended.
+    async with await connect(kubeapi, observer=metrics) as api:
+        informer = Informer(api, LEASES, lease_info, namespace=kubeapi_namespace)
+        async with running(informer):
+            await eventually(lambda: sample(registry, WATCHES, resource="leases") == 1, "watch")
+            assert _sockets_to(kubeapi.port) == ["ESTABLISHED"]
+        assert _sockets_to(kubeapi.port) == []
