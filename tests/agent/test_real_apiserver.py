@@ -38,6 +38,7 @@ from tests.support.realkube import (
     AGENT_RBAC,
     MERGE_PATCH,
     FailureCounter,
+    all_closed,
     apply_rbac,
     code,
     connect,
@@ -154,6 +155,7 @@ async def test_own_object_watches_are_current_within_5s_of_the_servers_return(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+    await all_closed(server)
 
     print(f"recovery after the server's return: {seen}")
     assert max(seen.values()) <= RECOVERY, seen

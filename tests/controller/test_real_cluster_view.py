@@ -23,6 +23,7 @@ from tests.support.realkube import (
     LEADER_ELECTION_RBAC,
     MERGE_PATCH,
     FailureCounter,
+    all_closed,
     apply_rbac,
     code,
     connect,
@@ -140,6 +141,7 @@ async def test_cluster_view_and_leader_are_current_within_5s_of_the_servers_retu
             with contextlib.suppress(asyncio.CancelledError):
                 await election
             await watch.stop()
+    await all_closed(server)
 
     print(f"recovery after the server's return: {seen}")
     assert max(seen.values()) <= RECOVERY, seen

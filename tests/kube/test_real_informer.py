@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -33,6 +32,7 @@ from tests.support.kubeapi import KubeCleanup
 from tests.support.realkube import (
     MERGE_PATCH,
     connect,
+    connections_to,
     eventually,
     query,
     requests,
@@ -315,15 +315,6 @@ async def test_expired_history_relists_and_hands_the_gap_to_the_handlers(
     assert [query(x).get("resourceVersion", "") for x in lists] == ["0", ""]
 
 
-def _sockets_to(port: int) -> list[str]:
-    """This process's TCP connections to ``port`` that still have a socket (their states)."""
-    return [
-        c.status
-        for c in psutil.Process().net_connections("tcp")
-        if c.raddr and c.raddr.port == port
-    ]
-
-
 async def test_a_stopped_informer_closes_its_watch_connection_at_once(
     kubeapi: LocalKubeAPIServer,
     kubeapi_namespace: str,
@@ -339,5 +330,5 @@ async def test_a_stopped_informer_closes_its_watch_connection_at_once(
         informer = Informer(api, LEASES, lease_info, namespace=kubeapi_namespace)
         async with running(informer):
             await eventually(lambda: sample(registry, WATCHES, resource="leases") == 1, "watch")
-            assert _sockets_to(kubeapi.port) == ["ESTABLISHED"]
-        assert _sockets_to(kubeapi.port) == []
+            assert connections_to(kubeapi) == ["ESTABLISHED"]
+        assert connections_to(kubeapi) == []

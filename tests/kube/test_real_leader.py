@@ -20,6 +20,7 @@ from nodesync_sim.kube_apiserver import CONTROLLER, SERVICE_ACCOUNT_NAMESPACE, L
 from tests.support.kubeapi import delete_namespace
 from tests.support.realkube import (
     LEADER_ELECTION_RBAC,
+    all_closed,
     code,
     connect,
     eventually,
@@ -101,6 +102,7 @@ async def election(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+    await all_closed(server)
     assert monitor.both == 0, "both electors led at once"
     assert monitor.samples > 100
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import psutil
 import pytest
 import yaml
 
@@ -193,6 +194,22 @@ def received(event: dict[str, Any]) -> float:
 def code(event: dict[str, Any]) -> int:
     """The HTTP status an audit event records."""
     return int(event["responseStatus"]["code"])
+
+
+def connections_to(server: LocalKubeAPIServer) -> list[str]:
+    """The states of this process's TCP connections to the server that still have a socket."""
+    return [
+        c.status
+        for c in psutil.Process().net_connections("tcp")
+        if c.raddr and c.raddr.port == server.port
+    ]
+
+
+async def all_closed(server: LocalKubeAPIServer) -> None:
+    """Wait until this process has no connection to the server left, after its clients were
+    closed: a request cancelled in flight is closed by aiohttp gracefully, in the background,
+    and must be done before the test's event loop ends (else: unclosed transport)."""
+    await eventually(lambda: connections_to(server) == [], "the connections to close")
 
 
 class FailureCounter:
