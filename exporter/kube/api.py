@@ -183,7 +183,7 @@ class KubeAPI:
             yield events
         finally:
             await events.aclose()
-            response.close()
+            _close_now(response)
 
     async def _events(
         self,
@@ -347,6 +347,18 @@ class KubeAPI:
         )
         _report(obs, resource, verb, started, code_label(err))
         raise err
+
+
+def _close_now(response: aiohttp.ClientResponse) -> None:
+    """Close a watch's connection now. ``close()`` alone starts a graceful TLS shutdown that
+    waits for the server's answer in the background, outside the connection pool (which aborts
+    the connections it holds when the client closes): a client closed at shutdown would leave
+    that socket open after its event loop ended. A watch's connection is never reused."""
+    connection = response.connection
+    transport = connection.transport if connection is not None else None
+    response.close()
+    if transport is not None:
+        transport.abort()
 
 
 def _selectors(field_selector: str | None, label_selector: str | None) -> list[tuple[str, str]]:
