@@ -2,9 +2,10 @@
 journal before it answers 2xx.
 
 Alertmanager retries a notification only on a 5xx answer. So: 401/413/415/400 only for requests
-no retry can fix (auth, size, type, malformed payload); 503 when the journal cannot commit (locked,
-disk full, closed), so Alertmanager tries again; 500 for anything unexpected; 200 only once
-``Journal.record`` returned, i.e. the delivery is on disk. Every answer is JSON.
+no retry can fix (auth, size, type, malformed payload); 503 when the journal cannot commit within
+``--journal-commit-timeout`` (locked, disk full, frozen, closed, the file deleted or replaced:
+exporter.controller.journal_health), so Alertmanager tries again; 500 for anything unexpected;
+200 only once ``Journal.record`` returned, i.e. the delivery is on disk. Every answer is JSON.
 
 Installed with ``make_app(settings, extensions=[webhook_extension(webhook_settings)])``: its
 cleanup context opens the journal (``app[JOURNAL]``) after the API client and the cluster watch,
@@ -27,8 +28,9 @@ from typing import NoReturn
 
 from aiohttp import hdrs, web
 
-from exporter.controller.app import REGISTRY, follower
+from exporter.controller.app import READINESS, REGISTRY, follower
 from exporter.controller.journal import Journal, JournalError, RecordResult
+from exporter.controller.journal_health import JournalHealth, start_journal
 from exporter.controller.settings import TOKEN_ENV, WebhookSettings
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.webhook import WebhookMetrics, journal_families
@@ -37,6 +39,7 @@ from exporter.model.payload import PayloadError, parse_payload
 log = logging.getLogger(__name__)
 
 JOURNAL = web.AppKey("journal", Journal)
+JOURNAL_HEALTH = web.AppKey("journal_health", JournalHealth)
 ALERTS_RECORDED = web.AppKey("alerts_recorded", asyncio.Event)
 WEBHOOK_METRICS = web.AppKey("webhook_metrics", WebhookMetrics)
 WEBHOOK_SETTINGS = web.AppKey("webhook_settings", WebhookSettings)
@@ -106,9 +109,14 @@ def webhook_extension(settings: WebhookSettings) -> Callable[[web.Application], 
 
 async def _journal_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[WEBHOOK_SETTINGS]
-    journal = await Journal.open(settings.journal_path, busy_timeout=settings.journal_busy_timeout)
-    app[JOURNAL] = journal
     registry = app[REGISTRY]
+    health = await start_journal(
+        settings.journal_path, commit_timeout=settings.journal_commit_timeout, registry=registry
+    )
+    journal = health.journal
+    app[JOURNAL] = journal
+    app[JOURNAL_HEALTH] = health
+    app[READINESS].append(health.not_ready)
     collector = SnapshotCollector(
         lambda: journal_families(
             journal.last_counts.alerts,
@@ -126,7 +134,7 @@ async def _journal_ctx(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await pruning
         registry.unregister(collector)
-        await journal.close()
+        await health.stop()
 
 
 async def _prune(journal: Journal, retention: float) -> NoReturn:
@@ -220,9 +228,9 @@ async def _receive(request: web.Request) -> web.Response:
         log.warning("malformed webhook payload", extra={"error": exc.message})
         return _error(400, exc.message)
     try:
-        result = await request.app[JOURNAL].record(payload, received_at=time.time())
+        result = await request.app[JOURNAL_HEALTH].record(payload, received_at=time.time())
     except JournalError as exc:
-        log.error("cannot record alerts", extra={"error": str(exc)})
+        log.warning("cannot record alerts", extra={"reason": exc.reason, "error": str(exc)})
         return _error(503, f"cannot record the alerts, retry later: {exc}")
     _recorded(request.app, result)
     log.info(
