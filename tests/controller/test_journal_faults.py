@@ -219,7 +219,7 @@ async def test_a_file_that_is_not_a_journal_is_moved_aside(tmp_path: Path) -> No
 async def test_health_follows_a_lock_and_recovers_with_a_probe(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     journal = await Journal.open(str(path), busy_timeout=0.2)
-    health = JournalHealth(journal, commit_timeout=0.3)
+    health = JournalHealth(journal, commit_timeout=2.0)  # well past the lock wait
     other = sqlite3.connect(path, isolation_level=None)
     try:
         assert health.not_ready() is None

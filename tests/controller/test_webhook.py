@@ -286,6 +286,11 @@ async def test_a_locked_journal_is_a_503_and_the_retry_succeeds(
         await assert_nothing_recorded(hook)
     # else queued behind another write waiting for the lock (the start's prune, the journal's
     # probe), it met its deadline first and may have committed once the lock was free
+
+    async def ready() -> bool:  # the journal takes writes again
+        return (await hook.get("/readyz")).status == 200
+
+    await eventually(ready, "/readyz to answer 200")
     retry = await post(hook, body(alert("aaaa")))
     assert retry.status == 200
     answer = await retry.json()

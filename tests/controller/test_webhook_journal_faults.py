@@ -48,16 +48,16 @@ async def until_ready(client: Client, within: float = 15.0) -> None:
     await eventually(ready, "/readyz to answer 200", within)
 
 
-async def until_not_ready(client: Client, reason: str, within: float = 15.0) -> str:
-    """Poll /readyz until it fails for ``reason``; its message."""
+async def until_not_ready(client: Client, *reasons: str, within: float = 15.0) -> str:
+    """Poll /readyz until it fails for one of ``reasons``; its message."""
     seen: list[str] = []
 
     async def not_ready() -> bool:
         code, status = await readyz(client)
         seen[:] = [status]
-        return code == 503 and f"({reason})" in status
+        return code == 503 and any(f"({reason})" in status for reason in reasons)
 
-    await eventually(not_ready, f"/readyz to fail with ({reason})", within)
+    await eventually(not_ready, f"/readyz to fail with one of {reasons}", within)
     return seen[0]
 
 
@@ -292,7 +292,9 @@ async def test_a_lock_another_process_holds_is_a_503_within_the_commit_timeout(
     for _, seconds in answers:
         assert seconds < COMMIT_TIMEOUT + 0.75, answers
     assert min(s for _, s in answers) >= 0.8 * COMMIT_TIMEOUT, answers  # it waited for the lock
-    assert "(locked)" in await until_not_ready(hook, "locked")
+    # locked; or, on a busy machine, a probe that met its deadline a moment before SQLite gave
+    # up waiting for the lock
+    await until_not_ready(hook, "locked", "timeout")
     assert await metric(hook, "nodesync_journal_writable") == 0.0
     # one outage, counted by the reason it began with (the lock; or the deadline of the
     # second delivery, queued behind the first)
