@@ -40,6 +40,9 @@ Extension = Callable[[web.Application], None]
 _GIVEN_API = web.AppKey("given_api", bool)
 # Set by the rollback executor when it runs with leader election: "do I lead now?".
 LEADING: web.AppKey[Callable[[], bool]] = web.AppKey("leading")
+# Further conditions of readiness, added by extensions: each returns None when ready, else why
+# not (the webhook's: the journal takes writes).
+READINESS: web.AppKey[list[Callable[[], str | None]]] = web.AppKey("readiness")
 
 
 async def connect(settings: ControllerSettings, observer: RequestObserver | None = None) -> KubeAPI:
@@ -116,7 +119,8 @@ def follower(app: web.Application) -> bool:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready once Nodes and Leases were both listed (before that the view is incomplete).
+    """Ready once Nodes and Leases were both listed (before that the view is incomplete), and
+    while every check of ``READINESS`` passes (the webhook's journal takes writes).
     A follower is ready too: it serves its metrics and takes over at once when it leads, and a
     rolling update waits for each new replica to be ready."""
     cluster = request.app[CLUSTER]
@@ -129,6 +133,10 @@ async def readyz(request: web.Request) -> web.Response:
             },
             status=503,
         )
+    for check in request.app[READINESS]:
+        reason = check()
+        if reason is not None:
+            return web.json_response({"status": reason}, status=503)
     return web.json_response({"status": "ok"})
 
 
@@ -146,6 +154,7 @@ def make_app(
     app[SETTINGS] = settings
     app[REGISTRY] = registry if registry is not None else CollectorRegistry(auto_describe=True)
     app[_GIVEN_API] = api is not None
+    app[READINESS] = []
     if api is not None:
         app[KUBE_API] = api  # requests are reported to the observer it was built with
     else:

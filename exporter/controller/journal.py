@@ -11,22 +11,40 @@ writer waits for.
 
 Alerts are keyed by (fingerprint, startsAt): Alertmanager re-sends every alert of a group with
 each notification, HA pairs deliver duplicates, and 5xx answers are retried, but one firing
-episode keeps its key. A key is recorded once; later copies only move ``last_seen_at``, or mark
-the alert resolved. A resolved alert never fires again (a new episode has a new startsAt).
+episode keeps its key. startsAt is compared to the millisecond, with a millisecond's tolerance
+(exporter.model.alerts.same_episode): Alertmanager keeps nanoseconds and an alert pushed again
+through its API comes back with other digits, and two writings of one instant may round to
+neighbouring milliseconds. A key is recorded once; later copies only move ``last_seen_at``, or
+mark the alert resolved. A resolved alert never fires again (a new episode has a new startsAt).
 At most one decision exists per alert key (``save_decision`` is idempotent): the plan, join or
 escalation became (or named) a NodeRollback, whose status in the API server is the record of
-the rollback itself; a refusal or a dry run is recorded here only. The journal is local to one
-controller replica: what it holds that no NodeRollback records yet (alerts acknowledged, not yet
-decided) is what a replica's death can delay (docs/install.md).
+the rollback itself; a refusal or a dry run is recorded here only. Every alert is to be decided
+once, one that arrived already resolved included (it is refused, ``resolved``). The journal is
+local to one controller replica: what it holds that no NodeRollback records yet (alerts
+acknowledged, not yet decided) is what a replica's death can delay (docs/install.md).
 
-Counts for the metrics are kept as the writes change them (counted once at open), so a write
-costs the same however much the journal holds.
+A write costs the same however much the journal holds: counts for the metrics are kept as the
+writes change them (counted once at open), the alerts still to decide and the alerts to prune
+are found through their own indexes, and pruning goes in small transactions.
+
+Faults: every failure is a :class:`JournalError` with a bounded ``reason``. A write given a
+deadline (``within``) fails with :class:`JournalTimeout` when it has not committed by then (a frozen
+filesystem, a lock another process holds), and at once while the journal's thread is still
+stuck in an earlier one; the write may still commit later (a retry is then a duplicate). Each
+write checks that the file at the path is still the one open (device and inode), before and
+after its commit: a journal deleted or replaced while running fails with
+:class:`JournalReplaced` rather than acknowledge into a file nobody will read. A journal that
+is corrupt at open (SQLite says so, or ``PRAGMA quick_check`` does) fails with
+:class:`JournalCorrupt`, or, with ``set_aside_corrupt``, is moved aside and a fresh one started
+with what could still be read from it (:class:`SetAside`). exporter.controller.journal_health
+turns these into answers, readiness, metrics and logs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -36,9 +54,15 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
-from exporter.model.alerts import FIRING, RESOLVED, Alert, WebhookPayload
+from exporter.model.alerts import (
+    EPISODE_TOLERANCE,
+    FIRING,
+    RESOLVED,
+    Alert,
+    WebhookPayload,
+)
 from exporter.model.decision import VERDICTS, WAITS
 
 T = TypeVar("T")
@@ -145,18 +169,103 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP TABLE steps",
         "DROP TABLE plans",
     ),
+    (  # version 3: the alerts still to decide, and those to prune, have their own indexes (a
+        # write costs the same however many alerts the journal holds); a scratch table for the
+        # health probe. Alerts that resolved without a decision before this version stay so
+        # (no refusal is made up for them after the fact).
+        "ALTER TABLE alerts ADD COLUMN to_decide INTEGER NOT NULL DEFAULT 0",
+        """UPDATE alerts SET to_decide = 1 WHERE status = 'firing' AND NOT EXISTS
+            (SELECT 1 FROM decisions AS d WHERE d.fingerprint = alerts.fingerprint
+             AND d.starts_at = alerts.starts_at)""",
+        "CREATE INDEX alerts_to_decide ON alerts (received_at, starts_at, fingerprint)"
+        " WHERE to_decide = 1",
+        "CREATE INDEX alerts_by_last_seen ON alerts (last_seen_at)",
+        "DROP INDEX alerts_by_status",
+        "CREATE TABLE probe (data BLOB NOT NULL)",
+    ),
 )
 
 #: The schema version this code writes; a journal with a newer one is refused.
 SCHEMA_VERSION = len(_MIGRATIONS)
 
+# Why a journal operation failed: a bounded word, for metrics and readiness.
+LOCKED: Final = "locked"  # another connection holds the write lock (SQLITE_BUSY, SQLITE_LOCKED)
+FULL: Final = "full"  # the disk (or the filesystem's quota) is full
+IO: Final = "io"  # an I/O error, or a file that cannot be opened
+READONLY: Final = "readonly"  # the file or its filesystem is read-only
+CORRUPT: Final = "corrupt"  # SQLite found the file damaged, or it is not a database
+TIMEOUT: Final = "timeout"  # a commit did not finish within its deadline
+REPLACED: Final = "replaced"  # the file at the path is no longer the one open
+CLOSED: Final = "closed"
+OTHER: Final = "other"
+FAILURE_REASONS: Final = (LOCKED, FULL, IO, READONLY, CORRUPT, TIMEOUT, REPLACED, CLOSED, OTHER)
+
+#: Bytes the health probe writes (and removes) in one transaction: about a large delivery.
+PROBE_BYTES: Final = 64 * 1024
+#: Alerts (and deliveries) removed per pruning transaction, so that webhook writes get in
+#: between the transactions of a large prune.
+PRUNE_BATCH: Final = 500
+
+_SQLITE_REASONS: Final = {
+    sqlite3.SQLITE_BUSY: LOCKED,
+    sqlite3.SQLITE_LOCKED: LOCKED,
+    sqlite3.SQLITE_FULL: FULL,
+    sqlite3.SQLITE_IOERR: IO,
+    sqlite3.SQLITE_CANTOPEN: IO,
+    sqlite3.SQLITE_READONLY: READONLY,
+    sqlite3.SQLITE_CORRUPT: CORRUPT,
+    sqlite3.SQLITE_NOTADB: CORRUPT,
+}
+
 
 class JournalError(Exception):
-    """The journal could not do what was asked (storage error, locked, newer schema)."""
+    """The journal could not do what was asked (storage error, locked, newer schema).
+    ``reason``: one of FAILURE_REASONS."""
+
+    def __init__(self, message: str, reason: str = OTHER) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class JournalClosed(JournalError):
     """The journal was closed."""
+
+    def __init__(self, message: str = "the journal is closed") -> None:
+        super().__init__(message, CLOSED)
+
+
+class JournalTimeout(JournalError):
+    """A write did not commit within its deadline (it may still commit later)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, TIMEOUT)
+
+
+class JournalReplaced(JournalError):
+    """The file at the journal's path was deleted or replaced while the journal was open."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, REPLACED)
+
+
+class JournalCorrupt(JournalError):
+    """SQLite found the journal damaged (or the file is not a database)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, CORRUPT)
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """A corrupt journal found at open, moved to ``moved_to`` (its ``-wal`` and ``-shm``
+    files beside it); what could still be read from it was carried into the fresh journal."""
+
+    path: str
+    moved_to: str
+    error: str
+    alerts: int
+    decisions: int
+    deliveries: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,21 +362,41 @@ class Journal:
     """Open with ``await Journal.open(path)``; close with ``await journal.close()``."""
 
     def __init__(
-        self, executor: ThreadPoolExecutor, conn: sqlite3.Connection, clock: Callable[[], float]
+        self,
+        executor: ThreadPoolExecutor,
+        conn: sqlite3.Connection,
+        clock: Callable[[], float],
+        *,
+        path: str = ":memory:",
+        identity: tuple[int, int] | None = None,
+        set_aside: SetAside | None = None,
     ) -> None:
         self._executor = executor
         self._conn = conn
         self._clock = clock
         self._closed = False
         self._counts = EMPTY_COUNTS
+        self._path = path
+        self._identity = identity
+        self._busy_since: float | None = None  # when the thread began its current call
+        #: The corrupt journal this one replaced when it was opened, if any.
+        self.set_aside = set_aside
 
     @classmethod
     async def open(
-        cls, path: str, *, clock: Callable[[], float] = time.time, busy_timeout: float = 2.0
+        cls,
+        path: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        busy_timeout: float = 2.0,
+        set_aside_corrupt: bool = False,
     ) -> Journal:
-        """Open (create, migrate) the journal at ``path``. ``busy_timeout``: how long a write
-        waits for a lock another connection holds before it fails."""
-        return await cls._open(functools.partial(_connect, path, busy_timeout), clock)
+        """Open (create, migrate, check) the journal at ``path``. ``busy_timeout``: how long
+        a write waits for a lock another connection holds before it fails. A corrupt journal
+        raises JournalCorrupt; with ``set_aside_corrupt`` it is moved aside instead (see
+        :class:`SetAside`) and a fresh one opened."""
+        opened = functools.partial(_open_file, path, busy_timeout, set_aside_corrupt)
+        return await cls._open(opened, path, clock)
 
     @classmethod
     async def open_read_only(cls, path: str, *, busy_timeout: float = 2.0) -> Journal:
@@ -276,26 +405,37 @@ class Journal:
         that writes it (WAL: a reader neither blocks the writer nor waits for it), for tools
         and benchmarks that look at its plans. Raises JournalError when there is no journal
         at ``path`` or its schema is not this nodesync's."""
-        return await cls._open(functools.partial(_connect_read_only, path, busy_timeout))
+
+        def opened() -> tuple[sqlite3.Connection, None, None]:
+            return _connect_read_only(path, busy_timeout), None, None
+
+        return await cls._open(opened, path)
 
     @classmethod
     async def _open(
-        cls, connect: Callable[[], sqlite3.Connection], clock: Callable[[], float] = time.time
+        cls,
+        connect: Callable[[], tuple[sqlite3.Connection, tuple[int, int] | None, SetAside | None]],
+        path: str,
+        clock: Callable[[], float] = time.time,
     ) -> Journal:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
         loop = asyncio.get_running_loop()
         try:
-            conn = await loop.run_in_executor(executor, _guarded(connect))
+            conn, identity, set_aside = await loop.run_in_executor(executor, _guarded(connect))
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        journal = cls(executor, conn, clock)
+        journal = cls(executor, conn, clock, path=path, identity=identity, set_aside=set_aside)
         try:
             journal._counts = await journal._run(_counts)
         except BaseException:
             await journal.close()
             raise
         return journal
+
+    @property
+    def path(self) -> str:
+        return self._path
 
     @property
     def closed(self) -> bool:
@@ -305,6 +445,11 @@ class Journal:
     def last_counts(self) -> JournalCounts:
         """``counts()`` as of the last committed write (no I/O: for metrics)."""
         return self._counts
+
+    def busy_for(self) -> float | None:
+        """How long the journal's thread has been in its current call (None: idle)."""
+        since = self._busy_since
+        return None if since is None else time.monotonic() - since
 
     async def close(self) -> None:
         if self._closed:
@@ -316,30 +461,113 @@ class Journal:
         finally:
             self._executor.shutdown(wait=False)
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+    def _in_thread(self, call: Callable[[], T]) -> T:
+        self._busy_since = time.monotonic()
+        try:
+            return _guarded(call)()
+        finally:
+            self._busy_since = None
+
+    async def _run(self, fn: Callable[..., T], *args: Any, within: float | None = None) -> T:
+        """``fn(conn, *args)`` on the journal's thread. With ``within`` (seconds): JournalTimeout
+        when it has not returned by then, and at once when the thread has been stuck in an
+        earlier call for that long; a call that had not started is then cancelled, one that
+        had goes on (and may commit)."""
         if self._closed:
-            raise JournalClosed("the journal is closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, _guarded(functools.partial(fn, self._conn, *args))
+            raise JournalClosed()
+        if within is not None:
+            busy = self.busy_for()
+            if busy is not None and busy >= within:
+                raise JournalTimeout(
+                    f"journal: a write has not finished for {busy:.1f} s (a frozen filesystem, "
+                    "or a lock another process holds)"
+                )
+        future = self._executor.submit(self._in_thread, functools.partial(fn, self._conn, *args))
+        waiting = asyncio.wrap_future(future)
+        if within is None:
+            return await waiting
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiting), within)
+        except TimeoutError:
+            pass
+        if future.cancel():
+            raise JournalTimeout(
+                f"journal: the write could not start within {within:g} s: an earlier one has "
+                "not finished (a frozen filesystem, or a lock another process holds)"
+            )
+        if future.done():  # it finished as the deadline passed
+            return future.result()
+        waiting.add_done_callback(_consume)
+        raise JournalTimeout(
+            f"journal: the write did not commit within {within:g} s (a frozen filesystem, or a "
+            "lock another process holds); it may still commit"
         )
 
-    async def record(self, payload: WebhookPayload, *, received_at: float) -> RecordResult:
-        """Record one delivery and its alerts in one transaction, committed before returning."""
-        result = await self._run(_record, payload, received_at)
+    def _verify(self) -> None:
+        """Raise JournalReplaced unless the file at the path is the one open (in the thread)."""
+        if self._identity is None:
+            return
+        try:
+            found = _identity(self._path)
+        except FileNotFoundError:
+            raise JournalReplaced(
+                f"journal: {self._path} was deleted while the controller ran: not acknowledging "
+                "alerts into a file nobody will read; restart the controller to start a new "
+                "journal there"
+            ) from None
+        except OSError as exc:
+            raise JournalError(f"journal: cannot check {self._path}: {exc.strerror}", IO) from exc
+        if found != self._identity:
+            raise JournalReplaced(
+                f"journal: {self._path} was replaced by another file while the controller ran: "
+                "not acknowledging alerts into a file nobody will read; restart the controller "
+                "to use the file now there"
+            )
+
+    async def record(
+        self, payload: WebhookPayload, *, received_at: float, within: float | None = None
+    ) -> RecordResult:
+        """Record one delivery and its alerts in one transaction, committed before returning
+        (JournalTimeout when it has not committed ``within`` seconds)."""
+        return await self._run(self._record, payload, received_at, within=within)
+
+    def _record(
+        self, conn: sqlite3.Connection, payload: WebhookPayload, received_at: float
+    ) -> RecordResult:
+        self._verify()
+        result = _record(conn, payload, received_at)
         c = self._counts
         resolved_known = result.resolved - (result.new - result.new_firing)
         alerts = dict(c.alerts)
         alerts[FIRING] += result.new_firing - resolved_known
         alerts[RESOLVED] += result.resolved
         self._counts = JournalCounts(alerts, c.decisions, c.deliveries + 1)
+        self._verify()  # replaced meanwhile: what was just committed, nobody will read
         return result
 
+    async def probe(self, within: float) -> None:
+        """A write like a large delivery's (committed, then removed): returns once the journal
+        takes writes again; raises the JournalError a delivery would meet."""
+        await self._run(self._probe, within=within)
+
+    def _probe(self, conn: sqlite3.Connection) -> None:
+        self._verify()
+        with _transaction(conn):
+            conn.execute("INSERT INTO probe (data) VALUES (zeroblob(?))", (PROBE_BYTES,))
+            conn.execute("DELETE FROM probe")
+        self._verify()
+
+    async def check(self, within: float) -> None:
+        """Raises JournalReplaced if the file at the path is not the one open (no write)."""
+        await self._run(lambda _conn: self._verify(), within=within)
+
     async def alerts_to_decide(self, limit: int = 1000) -> list[AlertRecord]:
-        """Firing alerts without a decision, oldest first."""
+        """Alerts without a decision, oldest first: the firing ones, and those that arrived
+        resolved or resolved before they were decided (each is refused, ``resolved``)."""
         return await self._run(_alerts_to_decide, limit)
 
     async def alert(self, key: AlertKey) -> AlertRecord | None:
+        """The alert of this episode (its startsAt within EPISODE_TOLERANCE of the key's)."""
         return await self._run(_alert, key)
 
     async def deliveries(self, limit: int = 1000) -> list[DeliveryRecord]:
@@ -352,7 +580,10 @@ class Journal:
         unknown alert, ValueError for an unknown verdict."""
         if decision.verdict not in DECISION_VERDICTS:
             raise ValueError(f"unknown verdict {decision.verdict!r}")
-        stored, new = await self._run(_save_decision, decision)
+        return await self._run(self._save_decision, decision)
+
+    def _save_decision(self, conn: sqlite3.Connection, decision: DecisionRecord) -> DecisionRecord:
+        stored, new = _save_decision(conn, decision)
         if new:
             c = self._counts
             decisions = dict(c.decisions)
@@ -368,24 +599,85 @@ class Journal:
         return await self._run(_decisions, verdict)
 
     async def counts(self) -> JournalCounts:
+        """Counted again from the tables (``last_counts`` is what the writes kept)."""
         return await self._run(_counts)
 
-    async def prune(self, before: float) -> int:
+    async def prune(self, before: float, *, batch: int = PRUNE_BATCH) -> int:
         """Forget deliveries received before ``before``, and alerts last seen before it (with
-        their decisions). Returns the alerts removed."""
-        removed = await self._run(_prune, before)
-        self._counts = await self._run(_counts)
-        return removed
+        their decisions), ``batch`` of each per transaction. Returns the alerts removed."""
+        removed = 0
+        while True:
+            alerts, more = await self._run(self._prune_batch, before, batch)
+            removed += alerts
+            if not more:
+                return removed
+
+    def _prune_batch(self, conn: sqlite3.Connection, before: float, batch: int) -> tuple[int, bool]:
+        gone = _prune_batch(conn, before, batch)
+        c = self._counts
+        alerts = {s: n - gone.alerts.get(s, 0) for s, n in c.alerts.items()}
+        decisions = {v: n - gone.decisions.get(v, 0) for v, n in c.decisions.items()}
+        self._counts = JournalCounts(alerts, decisions, c.deliveries - gone.deliveries)
+        return sum(gone.alerts.values()), gone.more
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of a write nobody waits for any longer."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _reason(exc: sqlite3.Error) -> str:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return OTHER if code is None else _SQLITE_REASONS.get(code & 0xFF, OTHER)
 
 
 def _guarded(fn: Callable[[], T]) -> Callable[[], T]:
     def call() -> T:
         try:
             return fn()
-        except (sqlite3.Error, OSError) as exc:  # OSError: e.g. creating the directory
-            raise JournalError(f"journal: {exc}") from exc
+        except JournalError:
+            raise
+        except sqlite3.Error as exc:
+            reason = _reason(exc)
+            if reason == CORRUPT:
+                raise JournalCorrupt(f"journal: {exc}") from exc
+            raise JournalError(f"journal: {exc}", reason) from exc
+        except OSError as exc:  # e.g. creating the directory
+            raise JournalError(f"journal: {exc}", IO) from exc
 
     return call
+
+
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino)
+
+
+def _open_file(
+    path: str, busy_timeout: float, set_aside_corrupt: bool
+) -> tuple[sqlite3.Connection, tuple[int, int] | None, SetAside | None]:
+    """The connection, the file's identity, and the corrupt journal moved aside (if any)."""
+    try:
+        conn = _guarded(functools.partial(_connect, path, busy_timeout))()
+    except JournalCorrupt as exc:
+        if not set_aside_corrupt or path == ":memory:":
+            raise JournalCorrupt(
+                f"{exc}: the journal {path} is damaged; move it aside (or delete it) and start "
+                "the controller again"
+            ) from exc
+        try:
+            moved_to = _move_aside(path)
+        except OSError as move:
+            raise JournalCorrupt(
+                f"{exc}; it cannot be moved aside ({move.strerror}): move {path} aside (or "
+                "delete it) and start the controller again"
+            ) from exc
+        conn = _guarded(functools.partial(_connect, path, busy_timeout))()
+        alerts, decisions, deliveries = _salvage(moved_to, conn)
+        set_aside = SetAside(path, moved_to, str(exc), alerts, decisions, deliveries)
+        return conn, _identity(path), set_aside
+    return conn, None if path == ":memory:" else _identity(path), None
 
 
 def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
@@ -399,6 +691,9 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
             raise JournalError(f"journal: cannot use WAL mode for {path} (got {mode})")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
+        problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
+        if problems != ["ok"]:
+            raise JournalCorrupt(f"journal: {'; '.join(str(p) for p in problems)}")
         _migrate(conn)
     except BaseException:
         conn.close()
@@ -424,6 +719,82 @@ def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _move_aside(path: str) -> str:
+    """Rename the journal and its -wal and -shm files to ``<path>.corrupt-<UTC time>``."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    moved_to = f"{path}.corrupt-{stamp}"
+    n = 1
+    while os.path.exists(moved_to):
+        n += 1
+        moved_to = f"{path}.corrupt-{stamp}-{n}"
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.rename(path + suffix, moved_to + suffix)
+    return moved_to
+
+
+_SALVAGED_TABLES: Final = {
+    "deliveries": "id, received_at, group_key, receiver, status, alerts, truncated, new,"
+    " duplicates, resolved",
+    "alerts": "fingerprint, starts_at, status, labels, annotations, ends_at, generator_url,"
+    " first_delivery, received_at, last_seen_at, resolved_at",
+    "decisions": "fingerprint, starts_at, verdict, reason, detail, rollback, node, action,"
+    " decided_at, wave",
+}
+
+
+def _readable_rows(conn: sqlite3.Connection, table: str, columns: str) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``table`` SQLite can still read, in rowid order: past a damaged page, the
+    scan starts again further on (1, 2, 4, ... rowids), until a row is read again."""
+    last = -(2**62)
+    step = 1
+    while last < 2**62:
+        try:
+            for row in conn.execute(
+                f"SELECT rowid, {columns} FROM {table} WHERE rowid > ? ORDER BY rowid", (last,)
+            ):
+                last, step = row[0], 1
+                yield row[1:]
+            return
+        except sqlite3.Error:
+            last += step
+            step *= 2
+
+
+def _salvage(moved_to: str, conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """Copy what can be read from the journal moved aside into the fresh one: alerts,
+    decisions (of alerts copied), deliveries. Returns how many of each."""
+    try:
+        old = sqlite3.connect(f"file:{moved_to}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return 0, 0, 0
+    counts = {table: 0 for table in _SALVAGED_TABLES}
+    try:
+        with _transaction(conn):
+            for table, columns in _SALVAGED_TABLES.items():
+                marks = ", ".join("?" * (columns.count(",") + 1))
+                insert = f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({marks})"
+                if table == "decisions":
+                    insert = (
+                        f"INSERT OR IGNORE INTO {table} ({columns}) SELECT {marks} WHERE EXISTS"
+                        " (SELECT 1 FROM alerts WHERE fingerprint = ? AND starts_at = ?)"
+                    )
+                for row in _readable_rows(old, table, columns):
+                    args = (*row, *row[:2]) if table == "decisions" else row
+                    try:
+                        counts[table] += conn.execute(insert, args).rowcount
+                    except sqlite3.Error:  # a damaged value: the row is lost
+                        continue
+            conn.execute(
+                """UPDATE alerts SET to_decide = 1 WHERE status = 'firing' AND NOT EXISTS
+                    (SELECT 1 FROM decisions AS d WHERE d.fingerprint = alerts.fingerprint
+                     AND d.starts_at = alerts.starts_at)"""
+            )
+    finally:
+        old.close()
+    return counts["alerts"], counts["decisions"], counts["deliveries"]
 
 
 @contextlib.contextmanager
@@ -456,12 +827,24 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)
         if row is None:
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-        else:
+        elif current != SCHEMA_VERSION:
             conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
 
 
 def _json(mapping: Mapping[str, str]) -> str:
     return json.dumps(dict(mapping), sort_keys=True, separators=(",", ":"))
+
+
+def _stored(conn: sqlite3.Connection, key: AlertKey, columns: str) -> tuple[Any, ...] | None:
+    """The row of the alert episode ``key`` names: same fingerprint, the startsAt nearest the
+    key's within EPISODE_TOLERANCE (the PRIMARY KEY index makes this one range lookup)."""
+    fingerprint, starts_at = key
+    row: tuple[Any, ...] | None = conn.execute(
+        f"SELECT {columns} FROM alerts WHERE fingerprint = ? AND starts_at BETWEEN ? AND ?"
+        " ORDER BY abs(starts_at - ?) LIMIT 1",
+        (fingerprint, starts_at - EPISODE_TOLERANCE, starts_at + EPISODE_TOLERANCE, starts_at),
+    ).fetchone()
+    return row
 
 
 def _record(conn: sqlite3.Connection, payload: WebhookPayload, received_at: float) -> RecordResult:
@@ -480,15 +863,13 @@ def _record(conn: sqlite3.Connection, payload: WebhookPayload, received_at: floa
             ),
         ).lastrowid
         for alert in payload.alerts:
-            row = conn.execute(
-                "SELECT status FROM alerts WHERE fingerprint = ? AND starts_at = ?", alert.key
-            ).fetchone()
+            row = _stored(conn, alert.key, "starts_at, status")
             if row is None:
                 is_resolved = alert.status == RESOLVED
                 conn.execute(
                     "INSERT INTO alerts (fingerprint, starts_at, status, labels, annotations,"
                     " ends_at, generator_url, first_delivery, received_at, last_seen_at,"
-                    " resolved_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " resolved_at, to_decide) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (
                         alert.fingerprint,
                         alert.starts_at,
@@ -506,18 +887,20 @@ def _record(conn: sqlite3.Connection, payload: WebhookPayload, received_at: floa
                 new += 1
                 resolved += is_resolved
                 new_firing += not is_resolved
-            elif row[0] == FIRING and alert.status == RESOLVED:
+                continue
+            key = (alert.fingerprint, row[0])  # as first recorded
+            if row[1] == FIRING and alert.status == RESOLVED:
                 conn.execute(
                     "UPDATE alerts SET status = ?, resolved_at = ?, ends_at = ?, last_seen_at = ?"
                     " WHERE fingerprint = ? AND starts_at = ?",
-                    (RESOLVED, received_at, alert.ends_at, received_at, *alert.key),
+                    (RESOLVED, received_at, alert.ends_at, received_at, *key),
                 )
                 resolved += 1
             else:  # a re-send, an HA duplicate, a retry, or a late firing copy of a resolved one
                 conn.execute(
                     "UPDATE alerts SET last_seen_at = max(last_seen_at, ?)"
                     " WHERE fingerprint = ? AND starts_at = ?",
-                    (received_at, *alert.key),
+                    (received_at, *key),
                 )
                 duplicates += 1
         conn.execute(
@@ -556,19 +939,15 @@ def _alert_record(row: tuple[Any, ...]) -> AlertRecord:
 
 def _alerts_to_decide(conn: sqlite3.Connection, limit: int) -> list[AlertRecord]:
     rows = conn.execute(
-        f"SELECT {_ALERT_COLUMNS} FROM alerts AS a WHERE status = ? AND NOT EXISTS"
-        " (SELECT 1 FROM decisions AS d WHERE d.fingerprint = a.fingerprint"
-        " AND d.starts_at = a.starts_at)"
+        f"SELECT {_ALERT_COLUMNS} FROM alerts INDEXED BY alerts_to_decide WHERE to_decide = 1"
         " ORDER BY received_at, starts_at, fingerprint LIMIT ?",
-        (FIRING, limit),
+        (limit,),
     ).fetchall()
     return [_alert_record(r) for r in rows]
 
 
 def _alert(conn: sqlite3.Connection, key: AlertKey) -> AlertRecord | None:
-    row = conn.execute(
-        f"SELECT {_ALERT_COLUMNS} FROM alerts WHERE fingerprint = ? AND starts_at = ?", key
-    ).fetchone()
+    row = _stored(conn, key, _ALERT_COLUMNS)
     return None if row is None else _alert_record(row)
 
 
@@ -593,19 +972,17 @@ def _decision_record(row: tuple[Any, ...]) -> DecisionRecord:
 def _save_decision(
     conn: sqlite3.Connection, decision: DecisionRecord
 ) -> tuple[DecisionRecord, bool]:
-    key = decision.alert_key
     with _transaction(conn):
+        known = _stored(conn, decision.alert_key, "fingerprint, starts_at")
+        if known is None:
+            raise KeyError(f"no alert {decision.alert_key!r} in the journal")
+        key = (known[0], known[1])
         existing = conn.execute(
             f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE fingerprint = ? AND starts_at = ?",
             key,
         ).fetchone()
         if existing is not None:
             return _decision_record(existing), False
-        known = conn.execute(
-            "SELECT 1 FROM alerts WHERE fingerprint = ? AND starts_at = ?", key
-        ).fetchone()
-        if known is None:
-            raise KeyError(f"no alert {key!r} in the journal")
         conn.execute(
             f"INSERT INTO decisions ({_DECISION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -620,12 +997,19 @@ def _save_decision(
                 decision.wave,
             ),
         )
+        conn.execute("UPDATE alerts SET to_decide = 0 WHERE fingerprint = ? AND starts_at = ?", key)
+    if key != decision.alert_key:
+        return dataclasses.replace(decision, alert_key=key), True
     return decision, True
 
 
 def _decision(conn: sqlite3.Connection, key: AlertKey) -> DecisionRecord | None:
+    known = _stored(conn, key, "fingerprint, starts_at")
+    if known is None:
+        return None
     row = conn.execute(
-        f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE fingerprint = ? AND starts_at = ?", key
+        f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE fingerprint = ? AND starts_at = ?",
+        (known[0], known[1]),
     ).fetchone()
     return None if row is None else _decision_record(row)
 
@@ -655,8 +1039,41 @@ def _counts(conn: sqlite3.Connection) -> JournalCounts:
     return JournalCounts(alerts=alerts, decisions=decisions, deliveries=deliveries)
 
 
-def _prune(conn: sqlite3.Connection, before: float) -> int:
+@dataclass(frozen=True, slots=True)
+class _Pruned:
+    alerts: Mapping[str, int]  # by status
+    decisions: Mapping[str, int]  # by verdict
+    deliveries: int
+    more: bool  # a batch was full: there may be more to prune
+
+
+def _prune_batch(conn: sqlite3.Connection, before: float, batch: int) -> _Pruned:
+    """One transaction of pruning: up to ``batch`` alerts last seen before ``before`` (with
+    their decisions), up to ``batch`` deliveries received before it; what went, counted."""
     with _transaction(conn):
-        conn.execute("DELETE FROM deliveries WHERE received_at < ?", (before,))
-        removed = conn.execute("DELETE FROM alerts WHERE last_seen_at < ?", (before,)).rowcount
-    return removed
+        rows = conn.execute(
+            "SELECT rowid, status FROM alerts INDEXED BY alerts_by_last_seen"
+            " WHERE last_seen_at < ? LIMIT ?",
+            (before, batch),
+        ).fetchall()
+        alerts: dict[str, int] = {}
+        decisions: dict[str, int] = {}
+        if rows:
+            ids = [r[0] for r in rows]
+            marks = ", ".join("?" * len(ids))
+            for status in (r[1] for r in rows):
+                alerts[status] = alerts.get(status, 0) + 1
+            for verdict, n in conn.execute(
+                "SELECT d.verdict, count(*) FROM decisions AS d JOIN alerts AS a"
+                " ON d.fingerprint = a.fingerprint AND d.starts_at = a.starts_at"
+                f" WHERE a.rowid IN ({marks}) GROUP BY d.verdict",
+                ids,
+            ):
+                decisions[verdict] = n
+            conn.execute(f"DELETE FROM alerts WHERE rowid IN ({marks})", ids)  # cascades
+        deliveries = conn.execute(
+            "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
+            " WHERE received_at < ? ORDER BY received_at LIMIT ?)",
+            (before, batch),
+        ).rowcount
+    return _Pruned(alerts, decisions, deliveries, len(rows) == batch or deliveries == batch)

@@ -95,14 +95,25 @@ class WebhookSettings:
     journal_path: str = setting(
         "--journal-path",
         "/var/lib/nodesync/journal.db",
-        "SQLite file holding the controller's state: received alerts, plans and their steps",
+        "SQLite file holding the controller's intake: received alerts and what was decided",
         PATH,
     )
     journal_retention: float = setting(
         "--journal-retention",
         "168h",
-        "forget deliveries, and alerts whose plan finished, last seen longer ago than this",
+        "forget deliveries, and alerts (with their decisions), last seen longer ago than this",
         POSITIVE_DURATION,
+    )
+    journal_commit_timeout: float = setting(
+        "--journal-commit-timeout",
+        "2s",
+        "a delivery not committed to the journal this long after it was read (a frozen "
+        "filesystem, a lock another process holds) is answered 503, and the controller is not "
+        "ready until a write commits again",
+        POSITIVE_DURATION,
+        doc="a delivery whose commit has not finished this long after its body was read is "
+        "answered `503` (Alertmanager retries), and `/readyz` fails until a write commits "
+        "again; also how long a write waits for a lock another process holds",
     )
     token_file: str = setting(
         "--webhook.token-file",
@@ -131,8 +142,6 @@ class WebhookSettings:
         PATH,
     )
     token: str = field(default="", repr=False)
-    #: How long a journal write waits for a lock held by another process before it fails (503).
-    journal_busy_timeout: float = 2.0
 
     def __post_init__(self) -> None:
         if self.token and self.token_file:
@@ -143,6 +152,8 @@ class WebhookSettings:
             raise ValueError("--webhook.max-body-bytes must be positive")
         if self.journal_retention <= 0:
             raise ValueError("--journal-retention must be positive")
+        if self.journal_commit_timeout <= 0:
+            raise ValueError("--journal-commit-timeout must be positive")
 
     @property
     def has_token(self) -> bool:

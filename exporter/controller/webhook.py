@@ -3,10 +3,11 @@ journal before it answers 2xx.
 
 Alertmanager retries a notification only on a 5xx answer. So: 401/413/415/400/408 only for
 requests no retry can fix (auth, size, type or encoding, malformed payload, a body that did not
-arrive); 503 when the journal cannot commit (locked, disk full, closed), so Alertmanager tries
-again; 500 for anything unexpected; 200 only once ``Journal.record`` returned, i.e. the delivery
-is on disk. Every answer is JSON. Client mistakes are counted by reason and logged at most once a
-minute (exporter.serve.ClientErrors), never once per request.
+arrive); 503 when the journal cannot commit within ``--journal-commit-timeout`` (locked, disk
+full, frozen, closed, the file deleted or replaced: exporter.controller.journal_health), so
+Alertmanager tries again; 500 for anything unexpected; 200 only once ``Journal.record`` returned,
+i.e. the delivery is on disk. Every answer is JSON. Client mistakes are counted by reason and
+logged at most once a minute (exporter.serve.ClientErrors), never once per request.
 
 Installed with ``make_app(settings, extensions=[webhook_extension(webhook_settings)])``: its
 cleanup context opens the journal (``app[JOURNAL]``) after the API client and the cluster watch,
@@ -29,8 +30,9 @@ from typing import NoReturn
 from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestPayloadError
 
-from exporter.controller.app import REGISTRY, follower
+from exporter.controller.app import READINESS, REGISTRY, follower
 from exporter.controller.journal import Journal, JournalError, RecordResult
+from exporter.controller.journal_health import JournalHealth, start_journal
 from exporter.controller.settings import TOKEN_ENV, WebhookSettings
 from exporter.metrics import http
 from exporter.metrics.collector import SnapshotCollector
@@ -42,6 +44,7 @@ from exporter.serve import CLIENT_ERRORS, SERVER_SETTINGS, close_if_unread, erro
 log = logging.getLogger(__name__)
 
 JOURNAL = web.AppKey("journal", Journal)
+JOURNAL_HEALTH = web.AppKey("journal_health", JournalHealth)
 ALERTS_RECORDED = web.AppKey("alerts_recorded", asyncio.Event)
 WEBHOOK_METRICS = web.AppKey("webhook_metrics", WebhookMetrics)
 WEBHOOK_SETTINGS = web.AppKey("webhook_settings", WebhookSettings)
@@ -113,9 +116,14 @@ def webhook_extension(settings: WebhookSettings) -> Callable[[web.Application], 
 
 async def _journal_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[WEBHOOK_SETTINGS]
-    journal = await Journal.open(settings.journal_path, busy_timeout=settings.journal_busy_timeout)
-    app[JOURNAL] = journal
     registry = app[REGISTRY]
+    health = await start_journal(
+        settings.journal_path, commit_timeout=settings.journal_commit_timeout, registry=registry
+    )
+    journal = health.journal
+    app[JOURNAL] = journal
+    app[JOURNAL_HEALTH] = health
+    app[READINESS].append(health.not_ready)
     collector = SnapshotCollector(
         lambda: journal_families(
             journal.last_counts.alerts,
@@ -133,7 +141,7 @@ async def _journal_ctx(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await pruning
         registry.unregister(collector)
-        await journal.close()
+        await health.stop()
 
 
 async def _prune(journal: Journal, retention: float) -> NoReturn:
@@ -282,9 +290,9 @@ async def _receive(request: web.Request) -> web.Response:
     except PayloadError as exc:
         return _refuse(request, http.MALFORMED_PAYLOAD, 400, exc.message)
     try:
-        result = await request.app[JOURNAL].record(payload, received_at=time.time())
+        result = await request.app[JOURNAL_HEALTH].record(payload, received_at=time.time())
     except JournalError as exc:
-        log.error("cannot record alerts", extra={"error": str(exc)})
+        log.warning("cannot record alerts", extra={"reason": exc.reason, "error": str(exc)})
         return _error(503, f"cannot record the alerts, retry later: {exc}")
     _recorded(request.app, result)
     log.info(

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.model.alerts import FIRING, RESOLVED
 
@@ -95,3 +95,30 @@ def journal_families(
         value=float(deliveries),
     )
     return [by_status, by_verdict, kept]
+
+
+def journal_health_families(
+    *, writable: bool, unavailable: Mapping[str, int], set_aside: int
+) -> list[Metric]:
+    """Whether the journal takes writes; how often it stopped, by reason (every reason, 0
+    included); corrupt journals moved aside at start."""
+    up = GaugeMetricFamily(
+        "nodesync_journal_writable",
+        "1 while the journal commits writes in time; 0 while the webhook answers 503 and "
+        "/readyz fails (see nodesync_journal_unavailable_total for why).",
+        value=1.0 if writable else 0.0,
+    )
+    stopped = CounterMetricFamily(
+        "nodesync_journal_unavailable",
+        "Times the journal stopped taking writes, by the reason it first failed with.",
+        labels=["reason"],
+    )
+    for reason, n in unavailable.items():
+        stopped.add_metric([reason], float(n))
+    aside = CounterMetricFamily(
+        "nodesync_journal_set_aside",
+        "Corrupt journals moved aside when the controller started (a fresh one was started "
+        "with what could be read).",
+        value=float(set_aside),
+    )
+    return [up, stopped, aside]

@@ -22,10 +22,22 @@ RESOLVED = "resolved"
 ALERT_STATUSES = frozenset({FIRING, RESOLVED})
 
 
+#: Two startsAt of one fingerprint at most this far apart (after rounding) are one episode.
+#: Rounding alone is not enough: two writings of one instant less than a millisecond apart
+#: (12:00:00.1234996 and 12:00:00.1235) round to neighbouring milliseconds. Alert episodes of
+#: one fingerprint start at least a rule evaluation apart (seconds), so nothing else matches.
+EPISODE_TOLERANCE = 10.0**-EPISODE_PRECISION + 1e-6
+
+
 def episode_start(starts_at: float) -> float:
     """An alert's startsAt as part of its episode's identity: rounded to the millisecond, so
     that one episode written with more or fewer fractional digits is still one episode."""
     return round(starts_at, EPISODE_PRECISION)
+
+
+def same_episode(a: float, b: float) -> bool:
+    """Whether two startsAt (of one fingerprint, rounded by episode_start) are one episode."""
+    return abs(a - b) <= EPISODE_TOLERANCE
 
 
 @dataclass(frozen=True, slots=True)

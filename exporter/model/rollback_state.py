@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from exporter.model.alerts import same_episode
 from exporter.model.rollback import (
     FINISHED_STEP_STATES,
     Phase,
@@ -208,8 +209,12 @@ def cancel(status: RollbackStatus, reason: str, message: str, now: float) -> Rol
 
 
 def add_trigger(status: RollbackStatus, trigger: Trigger) -> RollbackStatus:
-    """Another alert joined the rollback (recorded once)."""
-    if trigger in status.triggers:
+    """Another alert joined the rollback (recorded once: one episode, however its startsAt
+    was written)."""
+    if any(
+        t.fingerprint == trigger.fingerprint and same_episode(t.starts_at, trigger.starts_at)
+        for t in status.triggers
+    ):
         return status
     return dataclasses.replace(status, triggers=(*status.triggers, trigger))
 

@@ -23,6 +23,7 @@ from exporter.controller.journal import (
     JournalError,
     RecordResult,
 )
+from exporter.model.alerts import episode_start
 from tests.controller.alert_builders import alert, payload
 from tests.controller.builders import T0
 
@@ -135,27 +136,69 @@ async def test_a_resolved_copy_resolves_the_alert_for_good(journal: Journal) -> 
     assert await journal.record(payload(again), received_at=T0 + 901) == RecordResult(1, 0, 0, 0, 1)
 
 
-async def test_an_alert_first_seen_resolved_is_new_and_resolved(journal: Journal) -> None:
+async def test_an_alert_first_seen_resolved_is_new_resolved_and_to_decide(
+    journal: Journal,
+) -> None:
+    """It gets a decision like every alert: the intake refuses it, ``resolved``."""
     gone = alert("aaaa", status="resolved", ends_at=T0 + 5)
     assert await journal.record(payload(gone), received_at=T0 + 9) == RecordResult(1, 0, 1, 0, 0)
-    assert await journal.alerts_to_decide() == []
+    assert [r.key for r in await journal.alerts_to_decide()] == [gone.key]
     assert (await journal.counts()).alerts == {"firing": 0, "resolved": 1}
+    await journal.save_decision(a_decision(gone.key, "refused", reason="resolved"))
+    assert await journal.alerts_to_decide() == []
 
 
-async def test_alerts_to_decide_are_firing_undecided_and_oldest_first(journal: Journal) -> None:
+@pytest.mark.parametrize(
+    ("firing", "resolving"),
+    [
+        (0.1234996, 0.1235),  # under a millisecond apart, rounded to neighbouring milliseconds
+        (0.1235, 0.1234996),
+        (0.123456789, 0.123),  # Alertmanager's nanoseconds, pushed again with milliseconds
+        (0.0009999, 0.0),
+        (0.999, 0.9995),  # across a second
+    ],
+)
+async def test_a_resolve_whose_start_differs_below_the_millisecond_resolves_the_original(
+    journal: Journal, firing: float, resolving: float
+) -> None:
+    first = alert("aaaa", starts_at=episode_start(T0 + firing))
+    await journal.record(payload(first), received_at=T0 + 1)
+    again = alert("aaaa", starts_at=episode_start(T0 + resolving))
+    assert await journal.record(payload(again), received_at=T0 + 2) == RecordResult(0, 1, 0, 0)
+    gone = alert("aaaa", status="resolved", starts_at=episode_start(T0 + resolving))
+    assert await journal.record(payload(gone), received_at=T0 + 3) == RecordResult(0, 0, 1, 0)
+    record = await journal.alert(first.key)
+    assert record is not None
+    assert (record.key, record.status) == (first.key, "resolved")  # the original, resolved
+    assert await journal.alert(gone.key) == record  # either writing names the episode
+    assert (await journal.counts()).alerts == {"firing": 0, "resolved": 1}
+    assert journal.last_counts.alerts == {"firing": 0, "resolved": 1}
+    decision = await journal.save_decision(a_decision(gone.key, "refused", reason="resolved"))
+    assert decision.alert_key == first.key  # stored under the episode's key
+    assert await journal.decision(first.key) == decision
+    # a start 2 ms away is another episode
+    other = alert("aaaa", starts_at=episode_start(T0 + firing + 0.002))
+    assert (await journal.record(payload(other), received_at=T0 + 4)).new == 1
+
+
+async def test_alerts_to_decide_are_the_undecided_oldest_first(journal: Journal) -> None:
     old, mid, young = alert("0003"), alert("0002"), alert("0001")
     await journal.record(payload(old), received_at=T0 + 1)
     await journal.record(payload(young, mid), received_at=T0 + 5)
     await journal.record(payload(alert("0004", status="resolved")), received_at=T0 + 6)
     todo = await journal.alerts_to_decide()
     # same received_at: ordered by startsAt, then fingerprint
-    assert [r.fingerprint for r in todo] == ["0003", "0001", "0002"]
+    assert [r.fingerprint for r in todo] == ["0003", "0001", "0002", "0004"]
     assert [r.fingerprint for r in await journal.alerts_to_decide(limit=2)] == ["0003", "0001"]
     await journal.save_decision(a_decision(old.key))
     await journal.save_decision(a_decision(mid.key, "refused", reason="blast_radius_absolute"))
-    assert [r.fingerprint for r in await journal.alerts_to_decide()] == ["0001"]
+    assert [r.fingerprint for r in await journal.alerts_to_decide()] == ["0001", "0004"]
+    await journal.save_decision(a_decision(("0004", T0), "refused", reason="resolved"))
+    # resolved before it was decided: still to decide (it is refused, resolved)
     await journal.record(payload(alert("0001", status="resolved")), received_at=T0 + 9)
-    assert await journal.alerts_to_decide() == []
+    assert [(r.fingerprint, r.status) for r in await journal.alerts_to_decide()] == [
+        ("0001", "resolved")
+    ]
 
 
 async def test_a_decision_is_stored_once(journal: Journal) -> None:
@@ -215,6 +258,20 @@ async def test_prune_forgets_alerts_last_seen_before_the_retention(journal: Jour
     assert [d.received_at for d in await journal.deliveries()] == [T0 + 1000]
     assert journal.last_counts.decisions["plan"] == 0
     assert journal.last_counts.alerts == {"firing": 1, "resolved": 0}
+    assert journal.last_counts == await journal.counts()
+
+
+async def test_a_large_prune_goes_in_batches_and_keeps_the_counts(journal: Journal) -> None:
+    old = [alert(f"{i:04x}", status="resolved" if i % 3 == 0 else "firing") for i in range(1, 26)]
+    await journal.record(payload(*old), received_at=T0)
+    await journal.record(payload(alert("ffff")), received_at=T0 + 1000)
+    for a in old[:10]:
+        await journal.save_decision(a_decision(a.key, "refused", reason="no_action"))
+    assert await journal.prune(T0 + 500, batch=4) == 25
+    assert journal.last_counts == await journal.counts()
+    assert journal.last_counts.alerts == {"firing": 1, "resolved": 0}
+    assert journal.last_counts.deliveries == 1
+    assert [r.fingerprint for r in await journal.alerts_to_decide()] == ["ffff"]
 
 
 async def test_the_journal_survives_a_reopen(tmp_path: Path) -> None:
@@ -239,7 +296,8 @@ async def test_a_version_1_journal_is_migrated_its_plans_becoming_decisions(
 ) -> None:
     """Version 1 kept plans and steps; version 2 keeps decisions (the rollbacks are objects in
     the API server). The alerts survive, each plan becomes its alert's decision (so the alert is
-    not decided again), the steps go (docs/upgrade.md); an alert without a plan still waits."""
+    not decided again), the steps go (docs/upgrade.md); a firing alert without a plan still
+    waits (version 3 finds it through its own index), a resolved one does not."""
     path = tmp_path / "journal.db"
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
@@ -251,6 +309,11 @@ async def test_a_version_1_journal_is_migrated_its_plans_becoming_decisions(
                 "INSERT INTO alerts VALUES (?, ?, 'firing', '{}', '{}', NULL, '', 1, ?, ?, NULL)",
                 (fingerprint, T0, T0, T0),
             )
+        # resolved without a plan before the upgrade: no refusal is made up for it later
+        conn.execute(
+            "INSERT INTO alerts VALUES ('eeee', ?, 'resolved', '{}', '{}', NULL, '', 1, ?, ?, ?)",
+            (T0, T0, T0, T0),
+        )
         plan = "INSERT INTO plans VALUES (NULL, ?, ?, ?, ?, ?, 'done', '', ?, ?, ?, ?, ?)"
         conn.execute(plan, ("aaaa", T0, "rollback_node", "n1", "w1", 0, None, None, T0 + 1, T0))
         conn.execute(plan, ("bbbb", T0, "none", "n2", "", 0, "no_action", "no label", T0 + 2, T0))
@@ -260,7 +323,7 @@ async def test_a_version_1_journal_is_migrated_its_plans_becoming_decisions(
         )
     journal = await Journal.open(str(path))
     try:
-        assert SCHEMA_VERSION == 2
+        assert SCHEMA_VERSION == 3
         [todo] = await journal.alerts_to_decide()
         assert todo.key == ("dddd", T0)
         decided = {
@@ -417,6 +480,10 @@ async def test_a_read_only_journal_reads_beside_the_writer_and_never_writes(
         assert (await reader.counts()).alerts == {"firing": 2, "resolved": 0}
         await writer.save_decision(a_decision(b.key, "refused", reason="no_action"))
         assert [d.verdict for d in await reader.decisions()] == ["plan", "refused"]
+        await writer.record(payload(alert("aaaa", status="resolved")), received_at=T0 + 1)
+        record = await reader.alert(a.key)
+        assert record is not None
+        assert record.status == "resolved"
         with pytest.raises(JournalError, match="readonly"):
             await reader.record(payload(alert("cccc")), received_at=T0 + 1)
         with pytest.raises(JournalError, match="readonly"):

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.controller.journal import DECISION_VERDICTS
+from exporter.controller.journal import DECISION_VERDICTS, FAILURE_REASONS
 from exporter.metrics.webhook import WEBHOOK_CODES, WebhookMetrics
 from tests.controller.webhook_every_series import rich_webhook
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
@@ -48,6 +48,9 @@ def test_the_section_lists_every_label_value() -> None:
     assert re.findall(r"`(\d{3})`", rows["nodesync_webhook_requests_total"]) == list(WEBHOOK_CODES)
     assert re.findall(r"`([a-z_]+)`", rows["nodesync_journal_decisions"])[1:] == list(
         DECISION_VERDICTS
+    )
+    assert re.findall(r"`([a-z_]+)`", rows["nodesync_journal_unavailable_total"])[1:] == list(
+        FAILURE_REASONS
     )
     for name in ("nodesync_alerts_received_total", "nodesync_journal_alerts"):
         assert re.findall(r"`([a-z_]+)`", rows[name]) == ["status", "firing", "resolved"]

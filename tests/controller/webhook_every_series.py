@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from exporter.controller.journal import DECISION_VERDICTS
+from exporter.controller.journal import DECISION_VERDICTS, FAILURE_REASONS
 from exporter.metrics.collector import SnapshotCollector
-from exporter.metrics.webhook import WebhookMetrics, journal_families
+from exporter.metrics.webhook import WebhookMetrics, journal_families, journal_health_families
 
 
 def rich_webhook(registry: CollectorRegistry) -> None:
@@ -20,5 +20,10 @@ def rich_webhook(registry: CollectorRegistry) -> None:
         {"firing": 2, "resolved": 1},
         {v: {"plan": 2, "join": 1, "refused": 1}.get(v, 0) for v in DECISION_VERDICTS},
         deliveries=4,
+    )
+    families += journal_health_families(
+        writable=False,
+        unavailable={r: {"timeout": 2, "full": 1}.get(r, 0) for r in FAILURE_REASONS},
+        set_aside=1,
     )
     registry.register(SnapshotCollector(lambda: families))

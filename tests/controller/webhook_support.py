@@ -24,7 +24,6 @@ def hook_settings(tmp_path: Path, **changes: Any) -> WebhookSettings:
     settings = WebhookSettings(
         journal_path=str(tmp_path / "journal" / "journal.db"),
         token=TOKEN,
-        journal_busy_timeout=0.05,
     )
     return replace(settings, **changes)
 

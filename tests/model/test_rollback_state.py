@@ -126,6 +126,11 @@ def test_a_trigger_joins_once() -> None:
     other = Trigger("NodesyncNewNodeCRITimeouts", "bb", T + 5)
     status = add_trigger(add_trigger(initial_status(SPEC), other), other)
     assert status.triggers == (TRIGGER, other)
+    # the same episode, its startsAt written to another precision (rounded a millisecond off)
+    again = Trigger("NodesyncNewNodeCRITimeouts", "bb", T + 5.001)
+    assert add_trigger(status, again).triggers == (TRIGGER, other)
+    later = Trigger("NodesyncNewNodeCRITimeouts", "bb", T + 65)  # another episode
+    assert add_trigger(status, later).triggers == (TRIGGER, other, later)
 
 
 @pytest.mark.parametrize(
