@@ -6,18 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 
 from exporter.controller.exposition import combined_status
 from exporter.kube.api import KubeAPI
-from exporter.kube.convert import lease_info, node_info
+from exporter.kube.convert import NODE_SUMMARY_UNREAD, dropping, lease_info, node_summary
 from exporter.kube.informer import Informer
 from exporter.kube.resources import LEASES, NODES
-from exporter.metrics.nodes import NodeCollectors, NodeLines
+from exporter.metrics.nodes import READY, NodeCollectors, NodeLines
 from exporter.metrics.selfmetrics import SourceStatus
 from exporter.metrics.store import Family, LineStore
-from exporter.model.clusterview import ClusterView, NodeView, node_view, trim_node
+from exporter.model.clusterview import (
+    KUBELET_CONDITIONS,
+    VIEW_TAINTS,
+    ClusterView,
+    NodeView,
+    node_view,
+    view_labels,
+)
 from exporter.model.health import HealthIndex
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
 from exporter.model.waves import WaveTracker, node_key
@@ -48,8 +56,20 @@ class ClusterWatch:
         collectors: NodeCollectors | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        collectors = collectors or NodeCollectors()
+        # Only what the view and the switched-on series read of each Node is kept.
+        summary = functools.partial(
+            node_summary,
+            labels=view_labels(wave_label),
+            conditions=KUBELET_CONDITIONS if collectors.conditions else (READY,),
+            taints=VIEW_TAINTS,
+        )
         self.nodes: Informer[NodeInfo] = Informer(
-            api, NODES, lambda obj: trim_node(node_info(obj), wave_label), name="nodes"
+            api,
+            NODES,
+            summary,
+            name="nodes",
+            list_object_hook=dropping(NODE_SUMMARY_UNREAD),
         )
         self.leases: Informer[LeaseInfo] = Informer(
             api, LEASES, lease_info, namespace=LEASE_NAMESPACE, name="node-leases"
@@ -58,7 +78,7 @@ class ClusterWatch:
         self._wave_gap = wave_gap
         self._clock = clock
         self._tracker = WaveTracker()
-        self._lines = NodeLines(collectors or NodeCollectors())
+        self._lines = NodeLines(collectors)
         self._store = LineStore(self._lines.families)
         self._views: dict[str, NodeView] = {}
         self._views_shared = False  # a view handed out holds self._views: copy before a change

@@ -155,9 +155,6 @@ def go_float(number: float) -> str:
     return text
 
 
-_value = go_float
-
-
 def _status(value: str) -> str:
     return _STATUS.get(value, "unknown")
 
@@ -192,49 +189,76 @@ class NodeLines:
         }
         self.families = tuple(f for f in NODE_FAMILIES if on[f])
 
+        renderers = {
+            CONDITION: self._condition,
+            TRANSITION: self._transition,
+            LEASE: _lease,
+            CREATED: _created,
+            UNSCHEDULABLE: _unschedulable,
+            TAINT: _taint,
+            WAVE: _wave,
+            EXEMPT: _exempt,
+        }
+        self._renderers = tuple(renderers[f] for f in self.families)
+
     def render(self, node: NodeView) -> tuple[bytes, ...]:
         label = f'node="{_escape(node.name)}"'
-        return tuple(self._render(f, node, label).encode() for f in self.families)
+        return tuple(render(node, label).encode() for render in self._renderers)
 
-    def _render(self, family: Family, node: NodeView, label: str) -> str:
-        name = family.name
-        if family is CONDITION:
-            lines = []
-            by_type = {c.type: c for c in node.conditions}
-            for type_ in self._conditions:
-                cond = by_type.get(type_)
-                if cond is None:
-                    continue
+    def _condition(self, node: NodeView, label: str) -> str:
+        by_type = {c.type: c for c in node.conditions}
+        lines = []
+        for type_ in self._conditions:
+            cond = by_type.get(type_)
+            if cond is not None:
                 current = _status(cond.status)
                 lines += [
-                    f'{name}{{condition="{type_}",{label},status="{s}"}} '
+                    f'nodesync_node_condition{{condition="{type_}",{label},status="{s}"}} '
                     f"{'1.0' if s == current else '0.0'}\n"
                     for s in STATUSES
                 ]
-            return "".join(lines)
-        if family is TRANSITION:
-            by_type = {c.type: c for c in node.conditions}
-            return "".join(
-                f'{name}{{condition="{t}",{label}}} {_value(c.last_transition)}\n'
-                for t in self._conditions
-                if (c := by_type.get(t)) is not None and c.last_transition is not None
-            )
-        if family is LEASE:
-            renew = node.lease_renew_time
-            return "" if renew is None else f"{name}{{{label}}} {_value(renew)}\n"
-        if family is CREATED:
-            return f"{name}{{{label}}} {_value(node.created_at)}\n"
-        if family is UNSCHEDULABLE:
-            return f"{name}{{{label}}} {'1.0' if node.unschedulable else '0.0'}\n"
-        if family is TAINT:
-            return "".join(
-                f'{name}{{effect="{_escape(t.effect)}",key="{_escape(t.key)}",{label}}} 1.0\n'
-                for t in node.taints_that_matter
-            )
-        if family is WAVE:
-            return f'{name}{{{label},wave="{_escape(node.wave_id)}"}} 1.0\n'
-        assert family is EXEMPT
-        return "".join(f'{name}{{{label},reason="{r}"}} 1.0\n' for r in exempt_reasons(node))
+        return "".join(lines)
+
+    def _transition(self, node: NodeView, label: str) -> str:
+        by_type = {c.type: c for c in node.conditions}
+        return "".join(
+            f"nodesync_node_condition_transition_timestamp_seconds"
+            f'{{condition="{t}",{label}}} {go_float(c.last_transition)}\n'
+            for t in self._conditions
+            if (c := by_type.get(t)) is not None and c.last_transition is not None
+        )
+
+
+def _lease(node: NodeView, label: str) -> str:
+    renew = node.lease_renew_time
+    if renew is None:
+        return ""
+    return f"nodesync_node_lease_renew_timestamp_seconds{{{label}}} {go_float(renew)}\n"
+
+
+def _created(node: NodeView, label: str) -> str:
+    return f"nodesync_node_created_timestamp_seconds{{{label}}} {go_float(node.created_at)}\n"
+
+
+def _unschedulable(node: NodeView, label: str) -> str:
+    return f"nodesync_node_unschedulable{{{label}}} {'1.0' if node.unschedulable else '0.0'}\n"
+
+
+def _taint(node: NodeView, label: str) -> str:
+    return "".join(
+        f'nodesync_node_taint{{effect="{_escape(t.effect)}",key="{_escape(t.key)}",{label}}} 1.0\n'
+        for t in node.taints_that_matter
+    )
+
+
+def _wave(node: NodeView, label: str) -> str:
+    return f'nodesync_node_wave{{{label},wave="{_escape(node.wave_id)}"}} 1.0\n'
+
+
+def _exempt(node: NodeView, label: str) -> str:
+    return "".join(
+        f'nodesync_node_rollback_exempt{{{label},reason="{r}"}} 1.0\n' for r in exempt_reasons(node)
+    )
 
 
 # ---------------------------------------------------------------- per scrape

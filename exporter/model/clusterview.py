@@ -159,30 +159,14 @@ KUBELET_CONDITIONS = (
 )
 
 
-def trim_node(node: NodeInfo, wave_label: str | None) -> NodeInfo:
-    """The part of a Node the view reads, for a cache that holds every Node: the labels that
-    say it is a control-plane node, protected, or in a labelled wave; kubelet's conditions,
-    without their reasons and heartbeats; the taints that matter or name another remediator,
-    without values and times; no annotations, no resourceVersion (the informer keeps it)."""
-    kept_labels = {*CONTROL_PLANE_LABELS, PROTECTED_LABEL}
-    if wave_label:
-        kept_labels.add(wave_label)
-    return NodeInfo(
-        name=node.name,
-        uid=node.uid,
-        created_at=node.created_at,
-        labels={k: v for k, v in node.labels.items() if k in kept_labels},
-        unschedulable=node.unschedulable,
-        taints=tuple(
-            Taint(t.key, t.effect)
-            for t in node.taints
-            if t.key in TAINTS_THAT_MATTER or t.key in OTHER_REMEDIATOR_TAINTS
-        ),
-        conditions=tuple(
-            NodeCondition(c.type, c.status, last_transition=c.last_transition)
-            for c in node.conditions
-            if c.type in KUBELET_CONDITIONS
-        ),
+#: The taints the view reads: those that matter, and another remediator's.
+VIEW_TAINTS = TAINTS_THAT_MATTER | OTHER_REMEDIATOR_TAINTS
+
+
+def view_labels(wave_label: str | None) -> frozenset[str]:
+    """The label keys the view reads: control plane, protected, and the wave label."""
+    return frozenset(
+        {*CONTROL_PLANE_LABELS, PROTECTED_LABEL, *([wave_label] if wave_label else [])}
     )
 
 

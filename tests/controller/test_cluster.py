@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry
 from exporter.controller.cluster import ClusterWatch
 from exporter.controller.exposition import node_exposition
 from exporter.kube.api import KubeAPI
-from exporter.kube.convert import lease_info, node_info
+from exporter.kube.convert import lease_info, node_summary
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.nodes import NodeCollectors
-from exporter.model.clusterview import build_view, trim_node
+from exporter.model.clusterview import KUBELET_CONDITIONS, VIEW_TAINTS, build_view, view_labels
 from exporter.model.guards import GuardPolicy, correlated_failure
 from exporter.model.health import counts
 from exporter.model.rfc3339 import format_micro_time, format_time
@@ -116,7 +116,12 @@ def rewrite_node(server: APIServer, body: dict[str, Any]) -> None:
 
 def expected_text(server: APIServer, collectors: NodeCollectors = EVERYTHING) -> bytes:
     """What the API server holds, converted and rendered from scratch."""
-    nodes = [trim_node(node_info(o), LABEL) for o in server.store.list("nodes")]
+    nodes = [
+        node_summary(
+            o, labels=view_labels(LABEL), conditions=KUBELET_CONDITIONS, taints=VIEW_TAINTS
+        )
+        for o in server.store.list("nodes")
+    ]
     leases = [lease_info(o) for o in server.store.list("leases", namespace=LEASES)]
     view = build_view(nodes, leases, wave_label=LABEL, gap_seconds=120.0, now=T0)
     text = node_exposition(view, collectors)

@@ -17,9 +17,10 @@ The cluster (times relative to the start):
 
 The controller runs with its rollback hook (webhook and executor, in dry run: it writes
 nothing), and with every collector switch on, so that the panels of the series that are off by
-default (kubelet's other conditions, cordons and taints) are checked too. A real Alertmanager with the shipped deploy/alertmanager/alertmanager.yml (the hook's
-address, token file and shorter timers put in) delivers a rollback alert for ``node-b`` to it;
-Prometheus sends its alerts to that Alertmanager too.
+default (kubelet's other conditions, cordons and taints) are checked too. A real Alertmanager
+with the shipped deploy/alertmanager/alertmanager.yml (the hook's address, token file and
+shorter timers put in) delivers a rollback alert for ``node-b`` to it; Prometheus sends its
+alerts to that Alertmanager too.
 
 The apps run in an event loop of their own thread, so tests can block on Prometheus.
 """
