@@ -1,4 +1,5 @@
-"""Benchmark: the controller syncing 1000 Nodes and Leases, then following lease renewals.
+"""Benchmark: the controller syncing 1000 Nodes and Leases (or 5000, 15000), then following lease
+renewals, each figure beside its floor.
 
 Everything runs as separate processes talking HTTP on loopback, as in a cluster:
 - ``nodesync sim apiserver`` (the test API server), populated over HTTP with Nodes (conditions,
@@ -14,6 +15,12 @@ Everything runs as separate processes talking HTTP on loopback, as in a cluster:
   renewTime is in /metrics (all of them, exactly: no event is lost); the controller's CPU use
   during the renewals (also without the scrapes' share, measured at rest), its RSS and peak RSS
   (VmHWM) at the end; scrape latency during the renewals and at rest.
+
+The floors, in the same run (bench.controller_floor): a bare Python process that lists the same
+Nodes and Leases and decodes them, timed from its start to its exit, with its peak RSS (the
+floor of start-until-synced, and what the two lists cost decoded); and a bare aiohttp handler
+serving the controller's last exposition as it is, scraped at rest alternately with the
+controller (the floor of a scrape of those bytes).
 
 No root needed:
 
@@ -41,9 +48,9 @@ from bench.harness.apiserver import SimAPIServer
 from bench.harness.exposition import sample_value
 from bench.harness.objects import lease_body, lease_path, registered_node
 from bench.harness.pacing import bounded, sleep_until
-from bench.harness.processes import start_nodesync
-from bench.harness.readiness import time_until_ready
-from bench.harness.report import machine
+from bench.harness.processes import python_child, start_nodesync
+from bench.harness.readiness import time_until_ready, wait_port
+from bench.harness.report import command, machine
 from bench.harness.samplers import cpu_seconds, peak_rss_bytes, rss_bytes
 from bench.harness.stats import summary_ms
 from exporter.kube.convert import timestamp
@@ -89,7 +96,7 @@ def renew_timestamps(body: bytes) -> dict[str, float]:
 
 
 async def http_get(
-    session: aiohttp.ClientSession, url: str, deadline: float = 5.0
+    session: aiohttp.ClientSession, url: str, deadline: float = 30.0
 ) -> tuple[int, bytes]:
     async with session.get(url, timeout=aiohttp.ClientTimeout(total=deadline)) as response:
         return response.status, await response.read()
@@ -244,12 +251,92 @@ async def scrape_at_rest(
     scrape, and the last exposition."""
     rest: list[float] = []
     body = b""
-    cpu_before = cpu_seconds(pid)
+    cpu = 0.0
     for _ in range(scrapes):
+        cpu_before = cpu_seconds(pid)
         t0 = time.perf_counter()
         _, body = await http_get(http, f"{base}/metrics")
         rest.append(time.perf_counter() - t0)
-    return rest, (cpu_seconds(pid) - cpu_before) / max(1, scrapes), body
+        cpu += cpu_seconds(pid) - cpu_before
+    return rest, cpu / max(1, scrapes), body
+
+
+@dataclass
+class Floors:
+    """The bare processes' figures (see the module's doc)."""
+
+    list_wall_s: float = 0.0
+    list_s: float = 0.0
+    list_peak_rss_bytes: int = 0
+    scrape: list[float] = field(default_factory=list)
+    scrape_cpu_s: float = 0.0
+
+
+async def list_floor(api: SimAPIServer, workdir: Path, nodes: int) -> Floors:
+    """Start a bare process that lists the Nodes and Leases, and time it until it exits."""
+    log = workdir / "floor-list.log"
+    child = python_child(
+        "bench.controller_floor", "list", "--kubeconfig", str(api.kubeconfig), log=log
+    )
+    started = time.monotonic()
+    child.start()
+    code = await asyncio.to_thread(child.wait, 300)
+    wall = time.monotonic() - started
+    if code != 0:
+        child.stop()
+        raise AssertionError(f"the list floor failed ({code}):\n{child.log_tail()}")
+    answer = json.loads(log.read_text().strip().splitlines()[-1])
+    assert answer["nodes"] == answer["leases"] == nodes, answer
+    return Floors(wall, answer["seconds"], answer["peak_rss_bytes"])
+
+
+async def scrape_floor(
+    http: aiohttp.ClientSession,
+    base: str,
+    pid: int,
+    body: bytes,
+    workdir: Path,
+    scrapes: int,
+    floors: Floors,
+) -> tuple[list[float], float]:
+    """The controller and a bare server of its last exposition, scraped alternately: the
+    controller's latencies and CPU seconds per scrape; the floor's go to ``floors``."""
+    (workdir / "exposition.txt").write_bytes(body)
+    port = free_port()
+    floor = python_child(
+        "bench.controller_floor",
+        "serve",
+        "--port",
+        str(port),
+        "--body",
+        str(workdir / "exposition.txt"),
+        log=workdir / "floor-serve.log",
+    )
+    floor.start()
+    try:
+        await wait_port(floor, port, within=30)
+        assert floor.pid is not None
+        controller: list[float] = []
+        cpu = floor_cpu = 0.0
+        for _ in range(scrapes):
+            for url, pid_, out in (
+                (f"{base}/metrics", pid, controller),
+                (f"http://127.0.0.1:{port}/metrics", floor.pid, floors.scrape),
+            ):
+                before = cpu_seconds(pid_)
+                t0 = time.perf_counter()
+                _, served = await http_get(http, url)
+                out.append(time.perf_counter() - t0)
+                used = cpu_seconds(pid_) - before
+                if pid_ == pid:
+                    cpu += used
+                else:
+                    floor_cpu += used
+                    assert len(served) == len(body)
+        floors.scrape_cpu_s = floor_cpu / max(1, scrapes)
+        return controller, cpu / max(1, scrapes)
+    finally:
+        floor.stop()
 
 
 def start_controller(api: SimAPIServer, port: int, log: Path) -> ChildProcess:
@@ -278,6 +365,7 @@ async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dic
         started = time.perf_counter()
         written = await populate_nodes(api, names)
         populate_s = time.perf_counter() - started
+        floors = await list_floor(api, workdir, nodes)
 
         port = free_port()
         base = f"http://127.0.0.1:{port}"
@@ -303,8 +391,11 @@ async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dic
             rss_synced = rss_bytes(pid)
             seen = await follow_renewals(http, base, api, controller, names, written, seconds, rate)
             catch_up_s, missing = await catch_up(http, base, written, seen.renewals.last_done)
-            rest, cpu_per_scrape, last = await scrape_at_rest(http, base, pid, rest_scrapes)
+            _, _, last = await scrape_at_rest(http, base, pid, 3)
             body = last or body
+            rest, cpu_per_scrape = await scrape_floor(
+                http, base, pid, body, workdir, rest_scrapes, floors
+            )
         return {
             "machine": where,
             "nodes": nodes,
@@ -317,6 +408,11 @@ async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dic
                 "listening_s": readiness.answered_s,
                 "synced_s": readiness.ready_s,
                 "rss_bytes_at_sync": rss_synced,
+            },
+            "floor_list": {
+                "start_to_exit_s": floors.list_wall_s,
+                "listing_s": floors.list_s,
+                "peak_rss_bytes": floors.list_peak_rss_bytes,
             },
             "renewals": {
                 "seconds": seconds,
@@ -345,6 +441,8 @@ async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dic
             "apiserver_cpu_cores_during_renewals": seen.api_cpu / seen.wall,
             "scrape_during_renewals": summary_ms(seen.scrapes),
             "scrape_at_rest": summary_ms(rest),
+            "floor_scrape_at_rest": summary_ms(floors.scrape),
+            "floor_cpu_seconds_per_scrape": floors.scrape_cpu_s,
             "exposition_bytes": len(body),
             "exposition_samples": sum(1 for ln in body.splitlines() if not ln.startswith(b"#")),
             "controller_rss_bytes": rss_bytes(pid),
@@ -365,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rest-scrapes", type=int, default=100, help="scrapes timed at rest")
     args = parser.parse_args(argv)
     result = asyncio.run(run(args.nodes, args.seconds, args.rate, args.rest_scrapes))
+    result["command"] = command("bench.controller_sync", argv)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -66,7 +66,10 @@ async def _cluster_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     registry = app[REGISTRY]
     cluster = ClusterWatch(
-        app[KUBE_API], wave_label=settings.wave_label or None, wave_gap=settings.wave_gap
+        app[KUBE_API],
+        wave_label=settings.wave_label or None,
+        wave_gap=settings.wave_gap,
+        collectors=settings.collectors,
     )
     app[CLUSTER] = cluster
     build_info = build_info_family(__version__)
@@ -75,6 +78,7 @@ async def _cluster_ctx(app: web.Application) -> AsyncIterator[None]:
             cluster.view() if cluster.synced else None,
             {SOURCE_APISERVER: cluster.status()},
             build_info,
+            settings.collectors,
         )
     )
     registry.register(collector)
@@ -87,18 +91,21 @@ async def _cluster_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Families built from the informers' caches at scrape time (no API call).
+    """The node series as the cluster watch keeps them (text rendered node by node as watch
+    events arrived: a scrape only joins bytes), then the registry's families (the waves, the
+    watches' status, the API client's, the webhook's and the executor's: a few hundred samples,
+    whatever the cluster's size), collected in the event loop and rendered in a thread.
 
-    They are collected in the event loop, which is the only writer of those caches, and the
-    text is rendered in a thread: for a thousand nodes the view takes milliseconds, the families
-    tens of milliseconds, the text about a hundred, which the loop (watches, webhook) should not
-    wait for."""
+    Every node family is a gauge, whose lines read the same in both text formats; the
+    registry's part comes last, so OpenMetrics' ``# EOF`` ends the answer."""
     encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+    cluster = request.app[CLUSTER]
+    nodes = cluster.exposition() if cluster.synced else []
     families = list(request.app[REGISTRY].collect())
     collected = CollectorRegistry(auto_describe=False)
     collected.register(SnapshotCollector(lambda: families))
-    body = await asyncio.to_thread(encode, collected)
-    return web.Response(body=body, headers={"Content-Type": content_type})
+    rest = await asyncio.to_thread(encode, collected)
+    return web.Response(body=b"".join([*nodes, rest]), headers={"Content-Type": content_type})
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -1,29 +1,50 @@
-"""The controller's cluster view: watches of every Node and of the node Leases, and the wave
-tracker that keeps wave sizes frozen from one view to the next."""
+"""The controller's cluster view: watches of every Node and of the node Leases, the wave tracker
+that keeps wave sizes frozen, and what both keep current: the nodes' views, their metric lines
+and the guards' counts."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 
 from exporter.controller.exposition import combined_status
 from exporter.kube.api import KubeAPI
-from exporter.kube.convert import lease_info, node_info
+from exporter.kube.convert import NODE_SUMMARY_UNREAD, dropping, lease_info, node_summary
 from exporter.kube.informer import Informer
 from exporter.kube.resources import LEASES, NODES
+from exporter.metrics.nodes import READY, NodeCollectors, NodeLines
 from exporter.metrics.selfmetrics import SourceStatus
-from exporter.model.clusterview import ClusterView, build_view
+from exporter.metrics.store import Family, LineStore
+from exporter.model.clusterview import (
+    KUBELET_CONDITIONS,
+    VIEW_TAINTS,
+    ClusterView,
+    NodeView,
+    node_view,
+    view_labels,
+)
+from exporter.model.health import HealthIndex
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
-from exporter.model.waves import WaveTracker
+from exporter.model.waves import WaveTracker, node_key
 
 
 class ClusterWatch:
-    """Owns the two informers and the wave tracker; ``view()`` builds a fresh view from the
-    informers' caches (no API call), so it is cheap enough for every scrape and every alert.
+    """Owns the two informers and the wave tracker, and keeps from their events everything a
+    scrape or a decision reads: each node's view (its Node, trimmed to what the view needs,
+    joined with its Lease and its wave), each node's metric lines (one chunk per family, in a
+    :class:`~exporter.metrics.store.LineStore`), and the correlated-failure guard's counts (a
+    :class:`~exporter.model.health.HealthIndex` per policy that asks). A watch event costs
+    what it changed: one node re-rendered. ``view()`` hands out the current view without
+    building anything; a view handed out stays as it was (the next change copies the map of
+    nodes first, a dictionary copy), while its health counts are answered as of the call.
 
-    Everything runs in one event loop: the node handler and ``view()`` never run concurrently.
+    Nodes that appear together (a list hands over thousands at once) join their waves
+    together, in creation order, before anything reads them.
+
+    Everything runs in one event loop: the handlers and the readers never run concurrently.
     """
 
     def __init__(
@@ -32,9 +53,24 @@ class ClusterWatch:
         *,
         wave_label: str | None,
         wave_gap: float,
+        collectors: NodeCollectors | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.nodes: Informer[NodeInfo] = Informer(api, NODES, node_info, name="nodes")
+        collectors = collectors or NodeCollectors()
+        # Only what the view and the switched-on series read of each Node is kept.
+        summary = functools.partial(
+            node_summary,
+            labels=view_labels(wave_label),
+            conditions=KUBELET_CONDITIONS if collectors.conditions else (READY,),
+            taints=VIEW_TAINTS,
+        )
+        self.nodes: Informer[NodeInfo] = Informer(
+            api,
+            NODES,
+            summary,
+            name="nodes",
+            list_object_hook=dropping(NODE_SUMMARY_UNREAD),
+        )
         self.leases: Informer[LeaseInfo] = Informer(
             api, LEASES, lease_info, namespace=LEASE_NAMESPACE, name="node-leases"
         )
@@ -42,28 +78,135 @@ class ClusterWatch:
         self._wave_gap = wave_gap
         self._clock = clock
         self._tracker = WaveTracker()
+        self._lines = NodeLines(collectors)
+        self._store = LineStore(self._lines.families)
+        self._views: dict[str, NodeView] = {}
+        self._views_shared = False  # a view handed out holds self._views: copy before a change
+        self._pending: dict[str, NodeInfo] = {}  # appeared, not yet in a wave
+        self._flush_scheduled = False
+        self._health: dict[tuple[float, float], HealthIndex] = {}
         self._task: asyncio.Task[None] | None = None
         self.nodes.add_handler(self._on_node)
+        self.leases.add_handler(self._on_lease)
+
+    # ------------------------------------------------------------------ events
 
     def _on_node(self, event_type: str, old: NodeInfo | None, new: NodeInfo | None) -> None:
         # A node joins its wave when it appears, not at the next scrape: that keeps the time
         # a wave closes independent of how often it is scraped.
         if old is None and new is not None:
-            self._tracker.observe(
-                [new], now=self._clock(), gap_seconds=self._wave_gap, wave_label=self._wave_label
-            )
+            self._pending[new.name] = new
+            self._schedule_flush()
+            return
+        self._flush()
+        if new is None:
+            assert old is not None
+            self._tracker.remove(old)
+            self._drop(old.name)
+        elif old is not None and node_key(old) != node_key(new):  # re-created under its name
+            self._tracker.remove(old)
+            self._drop(old.name)
+            self._pending[new.name] = new
+            self._flush()
+        else:
+            self._refresh(new.name)
+
+    def _on_lease(self, event_type: str, old: LeaseInfo | None, new: LeaseInfo | None) -> None:
+        lease = new if new is not None else old
+        assert lease is not None
+        if lease.name in self._views:
+            self._refresh(lease.name)
+
+    def _schedule_flush(self) -> None:
+        if self._flush_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._flush()
+            return
+        self._flush_scheduled = True
+        loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """The nodes that appeared join their waves, and get their view and lines."""
+        self._flush_scheduled = False
+        if not self._pending:
+            return
+        appeared = list(self._pending.values())
+        self._pending.clear()
+        self._tracker.observe(
+            appeared, now=self._clock(), gap_seconds=self._wave_gap, wave_label=self._wave_label
+        )
+        for node in appeared:
+            self._refresh(node.name)
+
+    def _refresh(self, name: str) -> None:
+        node = self.nodes.store.get(name)
+        wave_id = self._tracker.wave_of(node) if node is not None else None
+        if node is None or wave_id is None:
+            return
+        lease = self.leases.store.get(f"{LEASE_NAMESPACE}/{name}")
+        view = node_view(node, lease, wave_id)
+        if self._views.get(name) == view:
+            return
+        self._writable()[name] = view
+        self._store.put(name, self._lines.render(view))
+        if self._health:
+            health = view.health
+            for index in self._health.values():
+                index.set(name, health)
+
+    def _drop(self, name: str) -> None:
+        if name in self._views:
+            del self._writable()[name]
+        self._store.delete(name)
+        for index in self._health.values():
+            index.remove(name)
+
+    def _writable(self) -> dict[str, NodeView]:
+        if self._views_shared:
+            self._views = dict(self._views)
+            self._views_shared = False
+        return self._views
 
     # ------------------------------------------------------------------ state
 
     def view(self) -> ClusterView:
-        return build_view(
-            self.nodes.store.values(),
-            self.leases.store.values(),
-            wave_label=self._wave_label,
-            gap_seconds=self._wave_gap,
-            now=self._clock(),
-            tracker=self._tracker,
+        """The current view: no node is looked at to hand it out."""
+        self._flush()
+        now = self._clock()
+        self._views_shared = True
+        return ClusterView(
+            now,
+            self._views,
+            self._tracker.waves(now=now, gap_seconds=self._wave_gap),
+            health=self._health_counts,
         )
+
+    def exposition(self) -> list[bytes]:
+        """The node series as text, each family's header and lines (join them to serve)."""
+        self._flush()
+        return self._store.exposition()
+
+    def node_lines(self, name: str) -> tuple[bytes, ...] | None:
+        """One node's chunks, one per family of :attr:`families` (None for an unknown node)."""
+        self._flush()
+        return self._store.chunks(name) if name in self._store else None
+
+    @property
+    def families(self) -> tuple[Family, ...]:
+        """The per-node families the collector switches turn on."""
+        return self._store.families
+
+    def _health_counts(self, window: float, grace: float, now: float) -> tuple[int, int]:
+        self._flush()
+        index = self._health.get((window, grace))
+        if index is None:
+            index = self._health[(window, grace)] = HealthIndex(window, grace)
+            for name, view in self._views.items():
+                index.set(name, view.health)
+        return index.counts(now)
 
     def lease_renew_time(self, node: str) -> float | None:
         """The node's last Lease renewal, read from the watch's cache: one lookup, where the

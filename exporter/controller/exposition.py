@@ -1,4 +1,6 @@
-"""Maps the controller's latest cluster view and its informers' status to metric families."""
+"""The controller's metrics of its cluster view: the families built at scrape time (build info,
+waves, node count, the watches' status) and, for tests and checks, the per-node series of a view
+rendered from scratch (a running controller keeps them per node: exporter.controller.cluster)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,9 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client.core import Metric
 
-from exporter.metrics.nodes import node_families
+from exporter.metrics.nodes import NodeCollectors, NodeLines, view_families
 from exporter.metrics.selfmetrics import SourceStatus, self_families
+from exporter.metrics.store import render_all
 from exporter.model.clusterview import ClusterView
 
 SOURCE_APISERVER = "apiserver"
@@ -27,9 +30,20 @@ def combined_status(statuses: Iterable[SourceStatus]) -> SourceStatus:
 
 
 def controller_families(
-    view: ClusterView | None, sources: Mapping[str, SourceStatus], build_info: Metric
+    view: ClusterView | None,
+    sources: Mapping[str, SourceStatus],
+    build_info: Metric,
+    collectors: NodeCollectors | None = None,
 ) -> list[Metric]:
-    """``view`` is None until Nodes and Leases were both listed once: an empty or half-built
-    view would read as "no nodes" or "no leases", so the node and wave series stay absent."""
-    nodes = node_families(view) if view is not None else []
-    return [build_info, *nodes, *self_families(sources)]
+    """The families built at scrape time. ``view`` is None until Nodes and Leases were both
+    listed once: an empty or half-built view would read as "no nodes" or "no leases", so the
+    wave series and the node count stay absent (and so do the per-node series)."""
+    waves = view_families(view, collectors or NodeCollectors()) if view is not None else []
+    return [build_info, *waves, *self_families(sources)]
+
+
+def node_exposition(view: ClusterView, collectors: NodeCollectors | None = None) -> bytes:
+    """The per-node series of ``view``, rendered from scratch: what the controller's line
+    store holds for the same nodes."""
+    lines = NodeLines(collectors or NodeCollectors())
+    return render_all(lines.families, ((n.name, lines.render(n)) for n in view.nodes))

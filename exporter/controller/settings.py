@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from exporter.metrics.nodes import NodeCollectors
 from exporter.model.guards import GuardPolicy
 from exporter.settings.declare import Setting, build, group, setting
 from exporter.settings.server import ServerSettings
@@ -77,6 +78,7 @@ class ControllerSettings:
     kubeconfig: str = KUBECONFIG.field()
     wave_label: str = WAVE_LABEL.field()  # empty: waves by creation time only
     wave_gap: float = WAVE_GAP.field()
+    collectors: NodeCollectors = group(NodeCollectors)
 
     @property
     def listen_host(self) -> str:

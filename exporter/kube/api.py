@@ -12,10 +12,10 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import aiohttp
 from kubernetes.aio.client import ApiClient
@@ -52,14 +52,18 @@ class WatchEvent:
         return from_status(500, self.object, http_reason="WatchError")
 
 
-def loads(body: bytes) -> Any:
+#: Called with every JSON object as it is decoded; its answer replaces the object.
+ObjectHook: TypeAlias = Callable[[dict[str, Any]], Any]
+
+
+def loads(body: bytes, object_hook: ObjectHook | None = None) -> Any:
     """json.loads, with the collector paused for big bodies (a list allocates millions of
     objects, each allocation burst would otherwise trigger full collections)."""
     if len(body) < _LARGE_BODY or not gc.isenabled():
-        return json.loads(body)
+        return json.loads(body, object_hook=object_hook)
     gc.disable()
     try:
-        return json.loads(body)
+        return json.loads(body, object_hook=object_hook)
     finally:
         gc.enable()
 
@@ -125,8 +129,11 @@ class KubeAPI:
         limit: int | None = None,
         continue_token: str | None = None,
         observer: RequestObserver | None = None,
+        object_hook: ObjectHook | None = None,
     ) -> ListPage:
-        """One page of a list (all of it unless ``limit`` is set)."""
+        """One page of a list (all of it unless ``limit`` is set). ``object_hook`` sees every
+        JSON object as it is decoded (e.g. to drop what the caller never reads, before the
+        whole list is in memory)."""
         query = _selectors(field_selector, label_selector)
         if resource_version is not None:
             query.append(("resourceVersion", resource_version))
@@ -135,7 +142,13 @@ class KubeAPI:
         if continue_token:
             query.append(("continue", continue_token))
         body = await self.request(
-            "GET", resource, "list", resource.path(namespace), query=query, observer=observer
+            "GET",
+            resource,
+            "list",
+            resource.path(namespace),
+            query=query,
+            observer=observer,
+            object_hook=object_hook,
         )
         meta = body.get("metadata") if isinstance(body, dict) else None
         items = body.get("items") if isinstance(body, dict) else None
@@ -252,6 +265,7 @@ class KubeAPI:
         body: Any = None,
         content_type: str | None = None,
         observer: RequestObserver | None = None,
+        object_hook: ObjectHook | None = None,
     ) -> Any:
         """Send one request and return its JSON answer (writers use this too).
 
@@ -283,7 +297,7 @@ class KubeAPI:
         finally:
             response.release()
         try:
-            parsed = loads(raw)
+            parsed = loads(raw, object_hook)
         except ValueError as exc:
             err = InvalidResponse(response.status, "InvalidResponse", f"body is not JSON: {exc}")
             _report(obs, resource, verb, started, code_label(err))

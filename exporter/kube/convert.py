@@ -12,7 +12,7 @@ A pod without a phase is Pending (the API server creates every pod Pending).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from exporter.model.kube import (
@@ -136,6 +136,100 @@ def node_info(obj: JSONObject) -> NodeInfo:
         unschedulable=_bool(spec.get("unschedulable")),
         taints=tuple(t for t in taints if t is not None),
         conditions=tuple(c for c in conditions if c is not None),
+    )
+
+
+_STATUSES = {"True": "True", "False": "False", "Unknown": "Unknown"}
+_EFFECTS = {e: e for e in ("NoSchedule", "PreferNoSchedule", "NoExecute")}
+
+
+#: Keys of a Node (at any depth) that :func:`node_summary` never reads: big parts of a Node (its
+#: images, node info, capacity, addresses, managed fields, annotations) and the text of its
+#: conditions. None of them is a key of a list's own metadata.
+NODE_SUMMARY_UNREAD = frozenset(
+    {
+        "annotations",
+        "managedFields",
+        "ownerReferences",
+        "images",
+        "nodeInfo",
+        "capacity",
+        "allocatable",
+        "addresses",
+        "daemonEndpoints",
+        "volumesAttached",
+        "volumesInUse",
+        "config",
+        "podCIDRs",
+        "providerID",
+        "lastHeartbeatTime",
+        "message",
+        "reason",
+    }
+)
+
+
+def dropping(keys: Collection[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A JSON object hook that drops ``keys`` from every object as it is decoded: what a cache
+    never reads of a big list is freed at once, rather than held until the list is converted."""
+    unread = frozenset(keys)
+
+    def hook(obj: dict[str, Any]) -> dict[str, Any]:
+        for key in unread.intersection(obj):
+            del obj[key]
+        return obj
+
+    return hook
+
+
+def node_summary(
+    obj: JSONObject,
+    *,
+    labels: Collection[str],
+    conditions: Collection[str],
+    taints: Collection[str],
+) -> NodeInfo:
+    """A Node reduced to what a cache of every Node needs (the controller's): the label keys
+    given, the condition types given (type, status and last transition; no reason, no
+    heartbeat) and the taint keys given (key and effect; no value, no time); no annotations, no
+    resourceVersion (the informer keeps it). Equal to ``node_info`` with everything else left
+    out, and tolerant the same way; the strings of the bounded sets are shared, not one copy per
+    Node."""
+    meta = _metadata(obj, namespaced=False)
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    kept_types = {t: t for t in conditions}
+    kept_keys = {k: k for k in taints}
+    found_conditions: list[NodeCondition] = []
+    for raw in _list(status.get("conditions")):
+        c = _dict(raw)
+        type_ = kept_types.get(c.get("type"))  # type: ignore[arg-type]
+        if type_ is None:
+            continue
+        state = _str(c.get("status")) or "Unknown"
+        found_conditions.append(
+            NodeCondition(
+                type=type_,
+                status=_STATUSES.get(state, state),
+                last_transition=timestamp(c.get("lastTransitionTime")),
+            )
+        )
+    found_taints: list[Taint] = []
+    for raw in _list(spec.get("taints")):
+        t = _dict(raw)
+        key = kept_keys.get(t.get("key"))  # type: ignore[arg-type]
+        if key is not None:
+            effect = _str(t.get("effect"))
+            found_taints.append(Taint(key=key, effect=_EFFECTS.get(effect, effect)))
+    raw_labels = _dict(meta.get("labels"))
+    return NodeInfo(
+        name=meta["name"],
+        uid=_str(meta.get("uid")),
+        created_at=timestamp(meta.get("creationTimestamp")) or 0.0,
+        labels={k: v for k in labels if isinstance(v := raw_labels.get(k), str)},
+        unschedulable=_bool(spec.get("unschedulable")),
+        taints=tuple(found_taints),
+        conditions=tuple(found_conditions),
     )
 
 

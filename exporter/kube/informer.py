@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from exporter.kube.api import JSONObject, KubeAPI, WatchEvent
+from exporter.kube.api import JSONObject, KubeAPI, ObjectHook, WatchEvent
 from exporter.kube.errors import Gone, KubeError, is_resource_version_too_large
 from exporter.kube.observer import RequestObserver
 from exporter.kube.resources import Resource
@@ -95,8 +95,12 @@ class Informer(Generic[T]):
         observer: RequestObserver | None = None,
         name: str | None = None,
         timing: InformerTiming | None = None,
+        list_object_hook: ObjectHook | None = None,
     ) -> None:
+        """``list_object_hook``: see every JSON object of a list as it is decoded (to drop what
+        ``convert`` never reads before the whole list is in memory)."""
         self._api = api
+        self._list_object_hook = list_object_hook
         self._resource = resource
         self._convert = convert
         self._namespace = namespace
@@ -245,6 +249,7 @@ class Informer(Generic[T]):
             label_selector=self._label_selector,
             resource_version="" if self._consistent_relist else "0",
             observer=self._observer,
+            object_hook=self._list_object_hook,
         )
         await self._replace(page.items)
         self._rv = self._listed_rv = page.resource_version

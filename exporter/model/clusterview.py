@@ -7,8 +7,10 @@ Pure: the caller hands in the Nodes and Leases (from the informers' stores), the
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Protocol
 
+from exporter.model.health import NodeHealth, counts, node_health
 from exporter.model.kube import (
     LEASE_NAMESPACE,
     TAINT_CLUSTER_AUTOSCALER,
@@ -83,19 +85,89 @@ class NodeView:
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
 
+    @property
+    def health(self) -> NodeHealth:
+        """What the guards judge the node by."""
+        return node_health(self.conditions, self.created_at, self.lease_renew_time)
 
-@dataclass(frozen=True, slots=True)
+
+class HealthCounts(Protocol):
+    """Established nodes and those of them failing (exporter.model.health), for a scale-out
+    window and a Lease grace period, at a time."""
+
+    def __call__(self, window: float, grace: float, now: float) -> tuple[int, int]: ...
+
+
 class ClusterView:
-    built_at: float
-    nodes: tuple[NodeView, ...]  # sorted by name
-    waves: tuple[Wave, ...]  # waves with live nodes, and open ones; by start time
-    _by_name: Mapping[str, NodeView] = field(init=False, repr=False, compare=False)
+    """Every node that exists, joined with its Lease and its wave, and the waves.
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_name", {v.name: v for v in self.nodes})
+    Built from lists (:func:`build_view`), or handed out by a watch that keeps its parts
+    current from events (exporter.controller.cluster): then ``health`` answers the
+    correlated-failure guard's counts from an index kept current too, and nothing here looks at
+    every node unless ``nodes`` is read (it is sorted on first use)."""
+
+    __slots__ = ("_by_name", "_health", "_nodes", "_waves_by_id", "built_at", "waves")
+
+    def __init__(
+        self,
+        built_at: float,
+        nodes: Mapping[str, NodeView],
+        waves: tuple[Wave, ...],
+        *,
+        health: HealthCounts | None = None,
+    ) -> None:
+        self.built_at = built_at
+        self.waves = waves  # waves with live nodes, and open ones; by start time
+        self._by_name = nodes
+        self._health = health
+        self._nodes: tuple[NodeView, ...] | None = None
+        self._waves_by_id = {w.id: w for w in waves}
+
+    @property
+    def nodes(self) -> tuple[NodeView, ...]:
+        """Every node, sorted by name."""
+        if self._nodes is None:
+            self._nodes = tuple(self._by_name[name] for name in sorted(self._by_name))
+        return self._nodes
+
+    @property
+    def node_count(self) -> int:
+        return len(self._by_name)
 
     def node(self, name: str) -> NodeView | None:
         return self._by_name.get(name)
+
+    def wave(self, wave_id: str) -> Wave | None:
+        return self._waves_by_id.get(wave_id)
+
+    def established_failing(self, window: float, grace: float, now: float) -> tuple[int, int]:
+        """Nodes established at ``now`` (joined ``window`` ago or earlier and did not start
+        failing inside it), and how many of them fail (exporter.model.health)."""
+        if self._health is not None:
+            return self._health(window, grace, now)
+        return counts((n.health for n in self._by_name.values()), now, window, grace)
+
+
+#: The node conditions the view keeps: kubelet's own. Other types (node-problem-detector's, a
+#: cloud's) are neither judged nor exported.
+KUBELET_CONDITIONS = (
+    "Ready",
+    "MemoryPressure",
+    "DiskPressure",
+    "PIDPressure",
+    "NetworkUnavailable",
+)
+
+
+#: The taints the view reads: those that matter, and another remediator's.
+VIEW_TAINTS = TAINTS_THAT_MATTER | OTHER_REMEDIATOR_TAINTS
+
+
+def view_labels(wave_label: str | None) -> frozenset[str]:
+    """The label keys the view reads: control plane, protected, and the wave label."""
+    return frozenset(
+        {*CONTROL_PLANE_LABELS, PROTECTED_LABEL, *([wave_label] if wave_label else [])}
+    )
 
 
 def node_leases(leases: Iterable[LeaseInfo]) -> dict[str, LeaseInfo]:
@@ -109,7 +181,7 @@ def _taints_that_matter(taints: Iterable[Taint]) -> tuple[Taint, ...]:
     return tuple(kept[k] for k in sorted(kept))
 
 
-def _view(node: NodeInfo, lease: LeaseInfo | None, wave_id: str) -> NodeView:
+def node_view(node: NodeInfo, lease: LeaseInfo | None, wave_id: str) -> NodeView:
     taint_keys = {t.key for t in node.taints}
     return NodeView(
         name=node.name,
@@ -142,12 +214,5 @@ def build_view(
     tracker = tracker if tracker is not None else WaveTracker()
     waves = tracker.snapshot(current, now=now, gap_seconds=gap_seconds, wave_label=wave_label)
     by_lease = node_leases(leases)
-    views = sorted(
-        (_view(n, by_lease.get(n.name), waves.node_wave[n.name]) for n in current),
-        key=lambda v: v.name,
-    )
-    return ClusterView(
-        built_at=now,
-        nodes=tuple(views),
-        waves=waves.waves,
-    )
+    views = {n.name: node_view(n, by_lease.get(n.name), waves.node_wave[n.name]) for n in current}
+    return ClusterView(now, views, waves.waves)

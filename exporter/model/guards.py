@@ -39,6 +39,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from exporter.model import health
 from exporter.model.clusterview import (
     CONTROL_PLANE_LABELS,
     OTHER_REMEDIATOR_TAINTS,
@@ -151,7 +152,7 @@ class GuardPolicy:
 def lease_stale(lease_renew_time: float | None, now: float, grace: float) -> bool:
     """The Lease was renewed, but longer than ``grace`` ago. A node without a Lease is judged by
     its Ready condition alone."""
-    return lease_renew_time is not None and now - lease_renew_time > grace
+    return health.lease_stale(lease_renew_time, now, grace)
 
 
 def is_failing(
@@ -179,17 +180,7 @@ def failing_since(node: NodeView, now: float, grace: float) -> float | None:
     """Since when the node has been failing (None while it is healthy): Ready's last transition
     when Ready is not True (creation when unknown), the last renewal when the Lease is stale;
     the earlier of the two."""
-    since: list[float] = []
-    ready = node.condition("Ready")
-    if ready is None or ready.status != "True":
-        since.append(
-            ready.last_transition
-            if ready is not None and ready.last_transition is not None
-            else node.created_at
-        )
-    if lease_stale(node.lease_renew_time, now, grace) and node.lease_renew_time is not None:
-        since.append(node.lease_renew_time)
-    return min(since) if since else None
+    return health.failing_since(node.health, now, grace)
 
 
 def in_scaleout_window(
@@ -221,26 +212,24 @@ class CorrelatedFailure:
 
 
 def is_established(node: NodeView, now: float, policy: GuardPolicy) -> bool:
-    if now - node.created_at < policy.scaleout_window:
-        return False
-    since = failing_since(node, now, policy.node_monitor_grace_period)
-    return since is None or since - node.created_at >= policy.scaleout_window
+    return health.is_established(
+        node.health, now, policy.scaleout_window, policy.node_monitor_grace_period
+    )
 
 
 def correlated_failure(view: ClusterView, policy: GuardPolicy, now: float) -> CorrelatedFailure:
     """Whether established nodes fail together (then every rollback pauses). Without
-    established nodes (a brand-new cluster) the guard cannot judge and does not pause."""
-    grace = policy.node_monitor_grace_period
-    established = [n for n in view.nodes if is_established(n, now, policy)]
-    failing = sum(
-        1 for n in established if is_failing(n.conditions, n.lease_renew_time, now, grace)
+    established nodes (a brand-new cluster) the guard cannot judge and does not pause. The
+    counts come from the view (a watch keeps them current: no node is looked at here)."""
+    established, failing = view.established_failing(
+        policy.scaleout_window, policy.node_monitor_grace_period, now
     )
     paused = (
-        bool(established)
+        established > 0
         and failing >= max(1, policy.correlated_failure_min_nodes)
-        and failing / len(established) + _EPSILON >= policy.correlated_failure_fraction
+        and failing / established + _EPSILON >= policy.correlated_failure_fraction
     )
-    return CorrelatedFailure(established=len(established), failing=failing, paused=paused)
+    return CorrelatedFailure(established=established, failing=failing, paused=paused)
 
 
 # ---------------------------------------------------------------- bookkeeping
@@ -378,7 +367,7 @@ class Budget:
 
 
 def _wave_size(view: ClusterView, wave_id: str) -> int:
-    wave = next((w for w in view.waves if w.id == wave_id), None)
+    wave = view.wave(wave_id)
     if wave is not None:
         return wave.size
     return sum(1 for n in view.nodes if n.wave_id == wave_id)
@@ -397,11 +386,14 @@ def wave_budget(
 
 
 def budget(view: ClusterView, state: GuardState, policy: GuardPolicy, now: float) -> Budget:
-    young = {n.wave_id for n in view.nodes if now - n.created_at < policy.scaleout_window}
     return Budget(
         absolute_limit=policy.max_rollbacks,
         absolute_used=len(state.nodes_in_window(now, policy.max_rollbacks_window)),
-        waves=tuple(wave_budget(view, state, policy, w.id) for w in view.waves if w.id in young),
+        waves=tuple(
+            wave_budget(view, state, policy, w.id)
+            for w in view.waves
+            if w.newest_created is not None and now - w.newest_created < policy.scaleout_window
+        ),
     )
 
 

@@ -58,6 +58,7 @@ class Wave:
     closed: bool
     live_nodes: int  # nodes of the wave that exist now
     labelled: bool  # named by the wave label rather than by time
+    newest_created: float | None = None  # creation time of its newest node that exists now
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +96,20 @@ class _WaveState:
 class WaveTracker:
     """Remembers which wave each node joined and freezes wave sizes; the caller passes the time.
 
-    ``observe`` may be given any subset of the nodes (e.g. the one an informer just added);
-    ``snapshot`` must be given every node that exists now.
+    Two ways to keep it current, not to be mixed on one tracker:
+
+    - from a watch, node by node: ``observe`` the nodes that appeared (a batch of them at once
+      when a list hands over many, so that they are taken in creation order), ``remove`` those
+      that were deleted, and read ``waves`` and ``wave_of``; every call costs what changed;
+    - from a full list each time: ``snapshot`` with every node that exists now.
     """
 
     def __init__(self) -> None:
         self._waves: dict[str, _WaveState] = {}
         self._node_wave: dict[str, str] = {}  # node key -> wave id, for every member ever seen
+        # wave id -> the key and creation time of each of its nodes that exists now
+        self._live: dict[str, dict[str, float]] = {}
+        self._newest: dict[str, float | None] = {}  # wave id -> newest live creation (cache)
 
     def observe(
         self,
@@ -115,8 +123,9 @@ class WaveTracker:
         if gap_seconds < 0:
             raise ValueError("gap_seconds must not be negative")
         self._close_due(now, gap_seconds)
+        given = list(nodes)
         new = sorted(
-            (n for n in nodes if node_key(n) not in self._node_wave),
+            (n for n in given if node_key(n) not in self._node_wave),
             key=lambda n: (n.created_at, n.name),
         )
         for node in new:
@@ -135,6 +144,41 @@ class WaveTracker:
                         labelled=False,
                     )
             self._join(wave, node, now)
+        for node in given:
+            self._alive(node)
+
+    def remove(self, node: NodeInfo) -> None:
+        """The node no longer exists (its wave keeps its size)."""
+        key = node_key(node)
+        wave_id = self._node_wave.get(key)
+        live = self._live.get(wave_id, {}) if wave_id is not None else {}
+        created = live.pop(key, None)
+        if wave_id is not None and created is not None and created == self._newest.get(wave_id):
+            self._newest.pop(wave_id, None)  # look again when asked
+
+    def wave_of(self, node: NodeInfo) -> str | None:
+        """The id of the wave the node joined (None for a node not observed)."""
+        return self._node_wave.get(node_key(node))
+
+    def waves(self, *, now: float, gap_seconds: float = DEFAULT_GAP_SECONDS) -> tuple[Wave, ...]:
+        """Close the waves that are due, forget the closed ones none of whose nodes exists, and
+        report the others, by start time (then id)."""
+        self._close_due(now, gap_seconds)
+        finished = [w.id for w in self._waves.values() if w.closed and not self._live.get(w.id)]
+        for wave_id in finished:
+            self._forget(wave_id)
+        return tuple(
+            Wave(
+                id=w.id,
+                started_at=w.started_at,
+                size=w.size,
+                closed=w.closed,
+                live_nodes=len(self._live.get(w.id, ())),
+                labelled=w.labelled,
+                newest_created=self._newest_created(w.id),
+            )
+            for w in sorted(self._waves.values(), key=lambda w: (w.started_at, w.id))
+        )
 
     def snapshot(
         self,
@@ -146,27 +190,14 @@ class WaveTracker:
     ) -> WaveSnapshot:
         """Observe ``nodes`` (all that exist now), forget finished waves, and report."""
         current = list(nodes)
+        keys = {node_key(n) for n in current}
+        for live in self._live.values():
+            for gone in [k for k in live if k not in keys]:
+                del live[gone]
+        self._newest.clear()
         self.observe(current, now=now, gap_seconds=gap_seconds, wave_label=wave_label)
-        live: dict[str, int] = {}
-        node_wave: dict[str, str] = {}
-        for node in current:
-            wave_id = self._node_wave[node_key(node)]
-            node_wave[node.name] = wave_id
-            live[wave_id] = live.get(wave_id, 0) + 1
-        for wave_id in [w.id for w in self._waves.values() if w.closed and w.id not in live]:
-            self._forget(wave_id)
-        waves = tuple(
-            Wave(
-                id=w.id,
-                started_at=w.started_at,
-                size=w.size,
-                closed=w.closed,
-                live_nodes=live.get(w.id, 0),
-                labelled=w.labelled,
-            )
-            for w in sorted(self._waves.values(), key=lambda w: (w.started_at, w.id))
-        )
-        return WaveSnapshot(waves=waves, node_wave=node_wave)
+        node_wave = {node.name: self._node_wave[node_key(node)] for node in current}
+        return WaveSnapshot(waves=self.waves(now=now, gap_seconds=gap_seconds), node_wave=node_wave)
 
     # ------------------------------------------------------------------ internals
 
@@ -215,5 +246,23 @@ class WaveTracker:
 
     def _forget(self, wave_id: str) -> None:
         wave = self._waves.pop(wave_id)
+        self._live.pop(wave_id, None)
+        self._newest.pop(wave_id, None)
         for key in wave.members:
             self._node_wave.pop(key, None)
+
+    def _alive(self, node: NodeInfo) -> None:
+        key = node_key(node)
+        wave_id = self._node_wave[key]
+        self._live.setdefault(wave_id, {})[key] = node.created_at
+        if wave_id in self._newest:
+            newest = self._newest[wave_id]
+            self._newest[wave_id] = (
+                node.created_at if newest is None else max(newest, node.created_at)
+            )
+
+    def _newest_created(self, wave_id: str) -> float | None:
+        if wave_id not in self._newest:
+            live = self._live.get(wave_id)
+            self._newest[wave_id] = max(live.values()) if live else None
+        return self._newest[wave_id]

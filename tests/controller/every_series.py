@@ -6,10 +6,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from exporter.controller.executor import REFUSAL_REASONS
-from exporter.controller.exposition import SOURCE_APISERVER, controller_families
+from exporter.controller.exposition import SOURCE_APISERVER, controller_families, node_exposition
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.http import CLIENT_ERROR_REASONS, ClientErrorMetrics
 from exporter.metrics.kube_requests import KubeRequestMetrics
+from exporter.metrics.nodes import NodeCollectors
 from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family
 from exporter.model.clusterview import ClusterView, build_view
@@ -99,10 +100,17 @@ def rich_rollback(registry: CollectorRegistry) -> None:
     registry.register(SnapshotCollector(lambda: metrics.families(status)))
 
 
-def rich_controller_exposition(*, with_kube_requests: bool = True, with_hook: bool = True) -> str:
-    """Everything the controller's /metrics serves: the families built from the view and, unless
-    told otherwise, the API client's and the listener's instruments and the rollback hook's
-    (webhook, journal, executor)."""
+def rich_controller_exposition(
+    *,
+    with_kube_requests: bool = True,
+    with_hook: bool = True,
+    collectors: NodeCollectors | None = None,
+) -> str:
+    """Everything the controller's /metrics serves, as it serves it: the node series (the line
+    store's text, every collector switch on unless told otherwise), then the families built at
+    scrape time and, unless told otherwise, the API client's and the listener's instruments and
+    the rollback hook's (webhook, journal, executor)."""
+    switches = collectors if collectors is not None else NodeCollectors.everything()
     registry = CollectorRegistry()
     if with_kube_requests:
         rich_kube_requests(registry)
@@ -110,11 +118,13 @@ def rich_controller_exposition(*, with_kube_requests: bool = True, with_hook: bo
     if with_hook:
         rich_webhook(registry)
         rich_rollback(registry)
-    return render(
+    view = rich_view()
+    return node_exposition(view, switches).decode() + render(
         controller_families(
-            rich_view(),
+            view,
             {SOURCE_APISERVER: SourceStatus(up=True, last_success_timestamp=T0 + 59)},
             build_info_family("0.0.0-test"),
+            switches,
         ),
         registry,
     )

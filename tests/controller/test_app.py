@@ -3,18 +3,24 @@ up in /metrics, changes follow, and a failing API server is reported, then recov
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 
+from exporter.commandline import parse_settings
 from exporter.controller.app import CLUSTER, make_app
 from exporter.controller.settings import ControllerSettings
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, token_configuration
 from exporter.kube.resources import NODES
+from exporter.metrics.nodes import NodeCollectors
 from exporter.model.waves import time_wave_id
 from nodesync_sim.apiserver import APIServer
 from tests.controller.builders import T0
@@ -51,12 +57,11 @@ async def test_nodes_and_leases_appear(
 
     await eventually(three, "three nodes in /metrics")
     text = await scrape(controller)
+    # by default Ready only: the other conditions are behind --collector.conditions
     assert series(text, "nodesync_node_condition") == {
-        labels(node=n, condition=c, status=s): v
+        labels(node=n, condition="Ready", status=s): 1.0 if s == ready else 0.0
         for n, ready in (("n1", "true"), ("n2", "false"), ("n3", "true"))
-        for c, current in (("Ready", ready), ("DiskPressure", "false"))
         for s in ("true", "false", "unknown")
-        for v in [1.0 if s == current else 0.0]
     }
     assert (
         series(text, "nodesync_node_condition_transition_timestamp_seconds")[
@@ -90,6 +95,62 @@ async def test_nodes_and_leases_appear(
     assert lists[labels(resource="nodes", verb="list")] >= 1
     assert lists[labels(resource="leases", verb="list")] >= 1
     assert series(text, "nodesync_kube_watches_total")[labels(resource="nodes")] >= 1
+
+
+async def test_collector_switches_from_the_command_line(
+    aiohttp_client: AiohttpClient, server: APIServer, settings: ControllerSettings
+) -> None:
+    """``--collector.conditions --collector.spec --no-collector.waves``: kubelet's other
+    conditions and the cordon are served, the wave series are not."""
+    switches = parse_settings(
+        ControllerSettings,
+        ["--collector.conditions", "--collector.spec", "--no-collector.waves"],
+        {},
+    ).collectors
+    assert switches == NodeCollectors(node=True, waves=False, conditions=True, spec=True)
+    client = await aiohttp_client(
+        make_app(dataclasses.replace(settings, collectors=switches), registry=CollectorRegistry())
+    )
+    server.store.create("nodes", node_object("n1"))
+
+    async def listed() -> bool:
+        return await nodes_total(client) == 1.0
+
+    await eventually(listed, "the node in /metrics")
+    text = await scrape(client)
+    assert {dict(k)["condition"] for k in series(text, "nodesync_node_condition")} == {
+        "Ready",
+        "DiskPressure",
+    }
+    assert series(text, "nodesync_node_unschedulable") == {labels(node="n1"): 0.0}
+    assert series(text, "nodesync_node_wave") == {}
+    assert series(text, "nodesync_wave_nodes") == {}
+    assert "# TYPE nodesync_node_wave " not in text
+
+
+async def test_openmetrics_scrape_is_one_exposition(server: APIServer, controller: Client) -> None:
+    """Prometheus asks for OpenMetrics first: the node text (kept per node) and the registry's
+    families make one exposition with one ``# EOF``, at its end."""
+    server.store.create("nodes", node_object("n1"))
+    server.store.create("leases", lease_object("n1", T0 + 3), namespace=LEASES)
+
+    async def listed() -> bool:
+        return await nodes_total(controller) == 1.0
+
+    await eventually(listed, "the node in /metrics")
+    response = await controller.get(
+        "/metrics",
+        headers={"Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"},
+    )
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+    text = await response.text()
+    assert text.endswith("# EOF\n")
+    assert text.count("# EOF") == 1
+    families = {f.name: f for f in openmetrics_families(text)}
+    renew = families["nodesync_node_lease_renew_timestamp_seconds"].samples
+    assert [(s.labels, s.value) for s in renew] == [({"node": "n1"}, T0 + 3)]
+    assert "nodesync_kube_watches" in families
 
 
 async def test_lease_renewal_updates_the_timestamp(server: APIServer, controller: Client) -> None:

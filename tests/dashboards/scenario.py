@@ -16,9 +16,11 @@ The cluster (times relative to the start):
   out (DEADLINE_EXCEEDED errors), and the agent's first pod list is answered with a 500.
 
 The controller runs with its rollback hook (webhook and executor, in dry run: it writes
-nothing). A real Alertmanager with the shipped deploy/alertmanager/alertmanager.yml (the hook's
-address, token file and shorter timers put in) delivers a rollback alert for ``node-b`` to it;
-Prometheus sends its alerts to that Alertmanager too.
+nothing), and with every collector switch on, so that the panels of the series that are off by
+default (kubelet's other conditions, cordons and taints) are checked too. A real Alertmanager
+with the shipped deploy/alertmanager/alertmanager.yml (the hook's address, token file and
+shorter timers put in) delivers a rollback alert for ``node-b`` to it; Prometheus sends its
+alerts to that Alertmanager too.
 
 The apps run in an event loop of their own thread, so tests can block on Prometheus.
 """
@@ -46,6 +48,7 @@ from exporter.controller.app import make_app as make_controller_app
 from exporter.controller.executor import executor_extension
 from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
 from exporter.controller.webhook import webhook_extension
+from exporter.metrics.nodes import NodeCollectors
 from exporter.model.rfc3339 import format_micro_time, format_time
 from exporter.model.runtime import ContainerState
 from nodesync_sim.apiserver import APIServer
@@ -338,6 +341,8 @@ class Scenario:
                 kubeconfig=kubeconfig,
                 wave_label=WAVE_LABEL,
                 wave_gap=120.0,
+                # every switch on: the panels of the series off by default show data too
+                collectors=NodeCollectors.everything(),
             ),
             registry=CollectorRegistry(),
             extensions=[

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from exporter.kube.convert import ConversionError, lease_info, node_info, pod_info, timestamp
+from exporter.kube.convert import (
+    NODE_SUMMARY_UNREAD,
+    ConversionError,
+    dropping,
+    lease_info,
+    node_info,
+    node_summary,
+    pod_info,
+    timestamp,
+)
 from exporter.model.kube import (
     ContainerStatusInfo,
     LeaseInfo,
@@ -76,6 +86,21 @@ FULL_NODE: dict[str, Any] = {
 }
 
 
+ODD_NODE: dict[str, Any] = {
+    "metadata": {
+        "name": "odd",
+        "labels": {"a": None, "b": "1", "c": 3},
+        "annotations": ["not", "a", "map"],
+        "creationTimestamp": "not a time",
+    },
+    "spec": {
+        "unschedulable": "yes",
+        "taints": [{"effect": "NoSchedule"}, "junk", {"key": "k", "effect": 1}],
+    },
+    "status": {"conditions": "garbage"},
+}
+
+
 @pytest.mark.parametrize(
     ("obj", "expected"),
     [
@@ -112,19 +137,7 @@ FULL_NODE: dict[str, Any] = {
             id="bare-name-only",
         ),
         pytest.param(
-            {
-                "metadata": {
-                    "name": "odd",
-                    "labels": {"a": None, "b": "1", "c": 3},
-                    "annotations": ["not", "a", "map"],
-                    "creationTimestamp": "not a time",
-                },
-                "spec": {
-                    "unschedulable": "yes",
-                    "taints": [{"effect": "NoSchedule"}, "junk", {"key": "k", "effect": 1}],
-                },
-                "status": {"conditions": "garbage"},
-            },
+            ODD_NODE,
             NodeInfo(
                 name="odd",
                 uid="",
@@ -149,6 +162,43 @@ FULL_NODE: dict[str, Any] = {
 )
 def test_node_info(obj: dict[str, Any], expected: NodeInfo) -> None:
     assert node_info(obj) == expected
+
+
+@pytest.mark.parametrize("obj", [FULL_NODE, ODD_NODE])
+def test_what_node_summary_never_reads_can_be_dropped_while_decoding(obj: dict[str, Any]) -> None:
+    def summary(node: dict[str, Any]) -> NodeInfo:
+        return node_summary(
+            node, labels={"zone"}, conditions=("Ready",), taints={"node.kubernetes.io/unreachable"}
+        )
+
+    body = json.dumps({"metadata": {"resourceVersion": "9"}, "items": [obj]})
+    pruned = json.loads(body, object_hook=dropping(NODE_SUMMARY_UNREAD))
+    assert pruned["metadata"] == {"resourceVersion": "9"}
+    assert "annotations" not in json.dumps(pruned)
+    assert summary(pruned["items"][0]) == summary(obj)
+
+
+@pytest.mark.parametrize("obj", [FULL_NODE, ODD_NODE, {"metadata": {"name": "bare"}}])
+def test_node_summary_is_node_info_with_the_rest_left_out(obj: dict[str, Any]) -> None:
+    kept_labels = {"zone", "b", "missing"}
+    kept_conditions = ("Ready", "MemoryPressure")
+    kept_taints = {"node.kubernetes.io/unreachable", "k"}
+    full = node_info(obj)
+    assert node_summary(
+        obj, labels=kept_labels, conditions=kept_conditions, taints=kept_taints
+    ) == NodeInfo(
+        name=full.name,
+        uid=full.uid,
+        created_at=full.created_at,
+        labels={k: v for k, v in full.labels.items() if k in kept_labels},
+        unschedulable=full.unschedulable,
+        taints=tuple(Taint(t.key, t.effect) for t in full.taints if t.key in kept_taints),
+        conditions=tuple(
+            NodeCondition(c.type, c.status, last_transition=c.last_transition)
+            for c in full.conditions
+            if c.type in kept_conditions
+        ),
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,34 @@
-"""Node and wave series of the controller, rendered and read back as a scrape would."""
+"""Node and wave series of the controller, rendered and read back as a scrape would: with every
+collector switch on (the detail), and the series each switch adds or leaves out."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter.controller.exposition import SOURCE_APISERVER, combined_status, controller_families
-from exporter.metrics.nodes import node_families
+from exporter.controller.exposition import (
+    SOURCE_APISERVER,
+    combined_status,
+    controller_families,
+    node_exposition,
+)
+from exporter.metrics.nodes import (
+    GROUPS,
+    NODE_FAMILIES,
+    NodeCollectors,
+    NodeLines,
+    go_float,
+    view_families,
+)
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family
 from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.kube import LeaseInfo, NodeCondition, NodeInfo, Taint
 from tests.controller.builders import T0, lease, node
 from tests.controller.every_series import rich_controller_exposition, rich_view
 from tests.metrics.exposition import labels, render, samples, series
+from tests.metrics.node_reference import reference_text
 from tests.metrics.promtool import check_metrics
+
+EVERYTHING = NodeCollectors.everything()
 
 ID0 = "2026-11-30T01:02:03Z"
 
@@ -21,8 +37,15 @@ def view_of(*nodes: NodeInfo, leases: tuple[LeaseInfo, ...] = ()) -> ClusterView
     return build_view(nodes, leases, wave_label="batch", gap_seconds=120, now=T0 + 60)
 
 
-def text_of(*nodes: NodeInfo, leases: tuple[LeaseInfo, ...] = ()) -> str:
-    return render(node_families(view_of(*nodes, leases=leases)))
+def exposition(view: ClusterView, switches: NodeCollectors = EVERYTHING) -> str:
+    """The per-node series (the line store's) and those built at scrape time."""
+    return node_exposition(view, switches).decode() + render(view_families(view, switches))
+
+
+def text_of(
+    *nodes: NodeInfo, leases: tuple[LeaseInfo, ...] = (), switches: NodeCollectors = EVERYTHING
+) -> str:
+    return exposition(view_of(*nodes, leases=leases), switches)
 
 
 @pytest.mark.parametrize(
@@ -187,9 +210,9 @@ def test_taints(taints: tuple[Taint, ...], expected: set[tuple[str, str]]) -> No
         ),
     ],
 )
-def test_roles_are_sparse(n: NodeInfo, roles: set[str]) -> None:
-    assert series(text_of(n), "nodesync_node_role") == {
-        labels(node="n", role=r): 1.0 for r in roles
+def test_rollback_exemptions_are_sparse(n: NodeInfo, roles: set[str]) -> None:
+    assert series(text_of(n), "nodesync_node_rollback_exempt") == {
+        labels(node="n", reason=r): 1.0 for r in roles
     }
 
 
@@ -212,7 +235,7 @@ def test_waves() -> None:
 
 
 def test_empty_cluster_has_only_the_total() -> None:
-    text = render(node_families(view_of()))
+    text = exposition(view_of())
     assert series(text, "nodesync_nodes") == {labels(): 0.0}
     assert series(text, "nodesync_node_condition") == {}
     assert series(text, "nodesync_wave_nodes") == {}
@@ -220,7 +243,9 @@ def test_empty_cluster_has_only_the_total() -> None:
 
 def test_rich_view_fills_every_family() -> None:
     """The rich view (used by the docs and promtool checks) leaves no family empty."""
-    assert all(family.samples for family in node_families(rich_view()))
+    text = exposition(rich_view())
+    names = {f.name for f in NODE_FAMILIES} | {"nodesync_wave_nodes", "nodesync_nodes"}
+    assert names <= {name for (name, _) in samples(text)}
 
 
 def test_before_the_first_list_only_status_and_build_info() -> None:
@@ -265,4 +290,103 @@ def test_promtool_accepts_the_node_families() -> None:
 
 @pytest.mark.prometheus
 def test_promtool_accepts_an_empty_cluster() -> None:
-    check_metrics(render(node_families(view_of())))
+    check_metrics(exposition(view_of()))
+
+
+# ---------------------------------------------------------------- text and switches
+
+SWITCHES = [
+    pytest.param(NodeCollectors(), id="defaults"),
+    pytest.param(EVERYTHING, id="everything"),
+    pytest.param(NodeCollectors(node=False, waves=False), id="nothing"),
+    pytest.param(NodeCollectors(node=False, conditions=True), id="other-conditions-only"),
+    pytest.param(NodeCollectors(waves=False, spec=True), id="spec-no-waves"),
+]
+
+
+@pytest.mark.parametrize("switches", SWITCHES)
+def test_node_lines_are_prometheus_clients_rendering(switches: NodeCollectors) -> None:
+    """Golden: the text rendered node by node is byte for byte what prometheus_client writes
+    for the same samples built as families from the whole view."""
+    view = rich_view()
+    assert node_exposition(view, switches).decode() == reference_text(view, switches)
+
+
+def test_label_values_are_escaped_as_prometheus_client_escapes_them() -> None:
+    view = view_of(
+        node('we"ird\\name\n', T0, labels={"batch": 'a"b'}),
+        node("plain", T0 + 0.125),
+    )
+    assert node_exposition(view, EVERYTHING).decode() == reference_text(view, EVERYTHING)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.0, 1.0, -1.0, 0.5, 1e-7, 123456.0, 1234567.0, T0, T0 + 0.123456, 1e17, float("inf")],
+)
+def test_values_are_written_as_prometheus_client_writes_them(value: float) -> None:
+    from prometheus_client.utils import floatToGoString
+
+    assert go_float(value) == floatToGoString(value)
+
+
+def test_the_defaults_cost_an_established_healthy_node_seven_series() -> None:
+    """docs/metrics.md's series budget: an established, healthy node (Ready, its Lease, kubelet's
+    four conditions) costs 7 series by default, 23 with every switch on."""
+    conditions = tuple(
+        NodeCondition(t, "True" if t == "Ready" else "False", last_transition=T0)
+        for t in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
+    )
+    view = view_of(node("n", T0, conditions=conditions), leases=(lease("n", T0 + 50),))
+    [n] = view.nodes
+
+    def cost(switches: NodeCollectors) -> int:
+        return sum(chunk.count(b"\n") for chunk in NodeLines(switches).render(n))
+
+    assert cost(NodeCollectors()) == 7
+    assert cost(EVERYTHING) == 7 + 16 + 1
+    failing = view_of(
+        node(
+            "n",
+            T0,
+            conditions=(NodeCondition("Ready", "Unknown", last_transition=T0 + 9),),
+            taints=(
+                Taint("node.kubernetes.io/unreachable", "NoSchedule"),
+                Taint("node.kubernetes.io/unreachable", "NoExecute"),
+                Taint("nodesync.io/rollback", "NoSchedule"),
+            ),
+            unschedulable=True,
+        ),
+        leases=(lease("n", T0),),
+    ).nodes[0]
+    assert sum(c.count(b"\n") for c in NodeLines(NodeCollectors()).render(failing)) == 7
+    assert sum(c.count(b"\n") for c in NodeLines(EVERYTHING).render(failing)) == 7 + 1 + 3
+
+
+def test_by_default_the_kube_state_metrics_duplicates_are_off() -> None:
+    text = exposition(rich_view(), NodeCollectors())
+    exposed = {name for (name, _) in samples(text)}
+    assert "nodesync_node_unschedulable" not in exposed
+    assert "nodesync_node_taint" not in exposed
+    assert {dict(lbls)["condition"] for lbls in series(text, "nodesync_node_condition")} == {
+        "Ready"
+    }
+    assert {
+        dict(lbls)["condition"]
+        for lbls in series(text, "nodesync_node_condition_transition_timestamp_seconds")
+    } == {"Ready"}
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: g.name)
+def test_each_switch_turns_its_families_on_and_off(group: object) -> None:
+    """With one switch on and the others off, exactly the switch's families are exported."""
+    from exporter.metrics.switches import FamilyGroup
+
+    assert isinstance(group, FamilyGroup)
+    only = NodeCollectors(**{g.attribute: g is group for g in GROUPS})
+    exposed = {name for (name, _) in samples(exposition(rich_view(), only))}
+    helped = {
+        line.split()[2] for line in exposition(rich_view(), only).splitlines() if "# TYPE" in line
+    }
+    assert helped == set(group.families)
+    assert exposed <= set(group.families)

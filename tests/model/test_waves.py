@@ -3,6 +3,7 @@ and checks the waves and assignments of the last one."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -226,8 +227,24 @@ def test_wave_fields() -> None:
         [B, A, lab("l", 30, "blue")], now=T0 + 100, gap_seconds=GAP, wave_label=LABEL
     )
     assert snap.waves == (
-        Wave(id=ID0, started_at=T0, size=2, closed=False, live_nodes=2, labelled=False),
-        Wave(id="blue", started_at=T0 + 30, size=1, closed=False, live_nodes=1, labelled=True),
+        Wave(
+            id=ID0,
+            started_at=T0,
+            size=2,
+            closed=False,
+            live_nodes=2,
+            labelled=False,
+            newest_created=T0 + 60,
+        ),
+        Wave(
+            id="blue",
+            started_at=T0 + 30,
+            size=1,
+            closed=False,
+            live_nodes=1,
+            labelled=True,
+            newest_created=T0 + 30,
+        ),
     )
     assert snap.wave("blue") == snap.waves[1]
     assert snap.wave("nope") is None
@@ -266,3 +283,42 @@ def test_time_wave_id(created: float, expected: str) -> None:
 def test_negative_gap_is_rejected() -> None:
     with pytest.raises(ValueError, match="gap_seconds"):
         WaveTracker().observe([A], now=T0, gap_seconds=-1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_node_by_node_agrees_with_full_snapshots(seed: int) -> None:
+    """A tracker kept current from a watch (observe what appears, remove what goes) reports the
+    waves, sizes, live counts and newest creation times that one given every node each time
+    reports: random joins (in creation order, as each arrives), deletions and passing time."""
+    rng = random.Random(seed)
+    by_events, by_lists = WaveTracker(), WaveTracker()
+    existing: dict[str, NodeInfo] = {}
+    now = T0
+    for i in range(300):
+        now += rng.uniform(0.0, 40.0)
+        if existing and rng.random() < 0.3:
+            gone = existing.pop(rng.choice(sorted(existing)))
+            by_events.remove(gone)
+        else:
+            labels = {"pool": rng.choice(["blue", "green"])} if rng.random() < 0.2 else None
+            new = node(f"n{i}", now - rng.uniform(0.0, 5.0), labels=labels)
+            existing[new.name] = new
+            by_events.observe([new], now=now, gap_seconds=GAP, wave_label="pool")
+        current = list(existing.values())
+        expected = by_lists.snapshot(current, now=now, gap_seconds=GAP, wave_label="pool")
+        assert by_events.waves(now=now, gap_seconds=GAP) == expected.waves
+        assert {n.name: by_events.wave_of(n) for n in current} == dict(expected.node_wave)
+
+
+def test_newest_creation_follows_deletions() -> None:
+    tracker = WaveTracker()
+    tracker.observe([A, B], now=T0 + 61, gap_seconds=GAP)
+    [wave] = tracker.waves(now=T0 + 62, gap_seconds=GAP)
+    assert (wave.live_nodes, wave.newest_created) == (2, T0 + 60)
+    tracker.remove(B)
+    [wave] = tracker.waves(now=T0 + 63, gap_seconds=GAP)
+    assert (wave.size, wave.live_nodes, wave.newest_created) == (2, 1, T0)
+    tracker.remove(A)
+    [wave] = tracker.waves(now=T0 + 64, gap_seconds=GAP)  # open: kept without nodes
+    assert (wave.live_nodes, wave.newest_created) == (0, None)
+    assert tracker.waves(now=T0 + 61 + GAP, gap_seconds=GAP) == ()  # closed and empty: gone
