@@ -2,12 +2,17 @@
 
 A scrape never waits on containerd: it renders the state published by the last completed
 sync. Each source fails on its own: a frozen containerd does not stop the host probes.
+
+The containers' resource usage (CRI ListContainerStats) is not part of a sync cycle: at 110
+pods it costs containerd and its shims ~100x the state calls, so it is refreshed on a period
+of its own (:meth:`AgentSync.run_stats`, ``--stats-period``) and published into the same state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -21,7 +26,7 @@ from exporter.model.kube import PodInfo
 from exporter.model.phase import phase_counts, pods_by_uid
 from exporter.model.pod_problems import api_phase_counts, pod_problems
 from exporter.model.pressure import pressure
-from exporter.model.runtime import RuntimeSnapshot
+from exporter.model.runtime import RuntimeSnapshot, RuntimeStats
 from exporter.model.terminations import TerminationTracker
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,10 @@ SOURCE_APISERVER = "apiserver"
 
 class RuntimeSource(Protocol):
     async def read(self) -> RuntimeSnapshot: ...
+
+
+class StatsSource(Protocol):
+    async def read_stats(self) -> RuntimeStats: ...
 
 
 class KubeletSource(Protocol):
@@ -68,10 +77,14 @@ class AgentSync:
         durations: DurationObserver,
         *,
         api: APIView | None = None,
+        stats: StatsSource | None = None,
         drift_grace_seconds: float = DEFAULT_GRACE_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._runtime = runtime
+        self._stats_source = stats
+        self._stats: RuntimeStats | None = None
+        self._stats_failing = False
         self._kubelet = kubelet
         self._read_host = read_host
         self._durations = durations
@@ -115,6 +128,7 @@ class AgentSync:
         pods = self._api.pods() if self._api is not None else None
         self._state = AgentState(
             runtime=snapshot,
+            stats=self._stats,
             phases=phase_counts(snapshot, self._known_pod_uids),
             terminations=dict(self._terminations.totals()),
             loops=tuple(self._terminations.loops(now)),
@@ -161,6 +175,36 @@ class AgentSync:
             grace_seconds=self._drift_grace,
             first_seen=self._pod_dirs_first_seen,
         )
+
+    async def refresh_stats(self) -> RuntimeStats | None:
+        """Read the containers' resource usage once and publish it into the current state:
+        None (its families absent) when there is no stats source or the read failed."""
+        if self._stats_source is None:
+            return None
+        try:
+            stats: RuntimeStats | None = await self._stats_source.read_stats()
+        except CRIError as exc:
+            # Loudly once, then quietly: a runtime without stats must not flood the log.
+            level = logging.DEBUG if self._stats_failing else logging.WARNING
+            log.log(level, "runtime stats read failed", extra={"error": str(exc)})
+            stats = None
+        self._stats_failing = stats is None
+        self._stats = stats
+        self._state = dataclasses.replace(self._state, stats=stats)
+        return stats
+
+    async def run_stats(self, period: float) -> None:
+        """Refresh the stats every ``period`` seconds until cancelled; the first refresh once
+        the first sync cycle is published, so that it does not slow that cycle down."""
+        await self.wait_synced()
+        next_at = time.monotonic()
+        while True:
+            try:
+                await self.refresh_stats()
+            except Exception:  # a bug in one refresh must not end the stats for good
+                log.exception("stats refresh failed")
+            next_at = max(next_at + period, time.monotonic())
+            await asyncio.sleep(next_at - time.monotonic())
 
     def wake(self) -> None:
         """Run the next cycle now rather than at its time (e.g. the API view just synced)."""

@@ -221,7 +221,10 @@ async def test_reader_asks_container_status_once_per_exited_container(
     assert [s.uid for s in first.sandboxes] == [pod.uid]
     assert first.version is not None
     assert first.version.runtime_name == "containerd"
-    assert pod.container_ids[MixedPod.RUNNING] in {s.container_id for s in first.stats}
+    assert observer.count("list_container_stats") == 0  # the state only: stats are apart
+    stats = await reader.read_stats()
+    assert pod.container_ids[MixedPod.RUNNING] in {s.container_id for s in stats.containers}
+    assert observer.count("list_container_stats") == 1
 
     second = await reader.read()
     assert observer.count("container_status") == 3  # nothing new exited: no status calls
