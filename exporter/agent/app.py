@@ -43,7 +43,7 @@ async def _api_side(settings: AgentSettings, registry: CollectorRegistry) -> API
     if not settings.node_name:
         log.warning("no --node-name (NODE_NAME): running without the API server's view")
         return None
-    from exporter.agent.api_connection import connect  # loads the kubernetes client
+    from exporter.agent.api_connection import connect  # loads the API boundary
 
     return await connect(settings, registry)
 

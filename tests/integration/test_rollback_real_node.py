@@ -189,10 +189,14 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
         agent_metrics = await (await agent.get("/metrics")).text()
         assert 'nodesync_cleanup_requests_total{result="done"} 1.0' in agent_metrics
         assert 'nodesync_cleanup_removed_total{kind="sandbox"} 1.0' in agent_metrics
-        controller_metrics = await (await controller.get("/metrics")).text()
-        assert (
-            'nodesync_actions_total{action="delete_node",result="done"} 1.0' in controller_metrics
-        )
+
+        # The executor counts the deletion once the server's answer reached it, which can be
+        # after the store above already shows the node gone.
+        async def deletion_counted() -> bool:
+            text = await (await controller.get("/metrics")).text()
+            return 'nodesync_actions_total{action="delete_node",result="done"} 1.0' in text
+
+        await eventually(deletion_counted, "the controller to count the node's deletion")
         # Stop both before the API server goes, so neither retries against a closed port.
         await controller.close()
         await agent.close()
