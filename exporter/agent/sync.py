@@ -23,10 +23,10 @@ from exporter.cri.errors import CRIError
 from exporter.model.drift import DEFAULT_GRACE_SECONDS, Drift, compute_drift, track_first_seen
 from exporter.model.host import HostSnapshot, KubeletSnapshot
 from exporter.model.kube import PodInfo
-from exporter.model.phase import phase_counts, pods_by_uid
+from exporter.model.phase import PodPhase, phase_counts, pods_by_uid
 from exporter.model.pod_problems import api_phase_counts, pod_problems
 from exporter.model.pressure import pressure
-from exporter.model.runtime import RuntimeSnapshot, RuntimeStats
+from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, RuntimeStats
 from exporter.model.terminations import TerminationTracker
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,8 @@ class AgentSync:
         self._pod_dirs_first_seen: dict[str, float] = {}
         self._terminations = TerminationTracker()
         self._known_pod_uids: frozenset[str] = frozenset()
+        self._listed: tuple[tuple[PodSandbox, ...], tuple[Container, ...]] | None = None
+        self._phases: dict[PodPhase, int] = {}
         self._state = AgentState()
         self._synced = asyncio.Event()
         self._wake = asyncio.Event()
@@ -121,7 +123,7 @@ class AgentSync:
         }
         snapshot = runtime if isinstance(runtime, RuntimeSnapshot) else None
         if snapshot is not None:
-            self._known_pod_uids = frozenset(pods_by_uid(snapshot))
+            self._observe_listing(snapshot)
             self._terminations.observe(snapshot.containers, now)
         host_snapshot = host if isinstance(host, HostSnapshot) else None
         kubelet_snapshot = kubelet if isinstance(kubelet, KubeletSnapshot) else None
@@ -129,7 +131,9 @@ class AgentSync:
         self._state = AgentState(
             runtime=snapshot,
             stats=self._stats,
-            phases=phase_counts(snapshot, self._known_pod_uids),
+            phases=self._phases
+            if snapshot is not None
+            else phase_counts(None, self._known_pod_uids),
             terminations=dict(self._terminations.totals()),
             loops=tuple(self._terminations.loops(now)),
             host=host_snapshot,
@@ -145,6 +149,17 @@ class AgentSync:
         self.last_cycle_end = time.monotonic()
         self._synced.set()
         return self._state
+
+    def _observe_listing(self, snapshot: RuntimeSnapshot) -> None:
+        """Pods and their phases from a listing; none of it again when the listing is the
+        previous one (the reader hands back the same tuples when nothing changed)."""
+        listed = self._listed
+        unchanged = listed is not None and listed[0] is snapshot.sandboxes
+        if unchanged and listed is not None and listed[1] is snapshot.containers:
+            return
+        self._listed = (snapshot.sandboxes, snapshot.containers)
+        self._known_pod_uids = frozenset(pods_by_uid(snapshot))
+        self._phases = phase_counts(snapshot, self._known_pod_uids)
 
     def _api_source(self) -> SourceState:
         if self._api is None:

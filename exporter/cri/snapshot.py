@@ -2,9 +2,14 @@
 
 The list calls run concurrently. ContainerStatus (the only source of exit code and reason) is
 asked only for exited containers not seen before: an exited container never changes, so its
-status is cached by id until the container disappears. The containers' resource usage
-(ListContainerStats, ~100x the cost of the state calls at 110 pods) is a read of its own,
-:meth:`RuntimeReader.read_stats`, which the agent makes on its own period.
+status is cached by id until the container disappears. A steady node costs no conversion:
+unchanged sandboxes and containers are the objects of the previous read (exporter.cri.client),
+and when none changed, the snapshot's ``sandboxes`` and ``containers`` are the previous
+snapshot's tuples themselves, so that its consumers can tell "unchanged" by identity.
+
+The containers' resource usage (ListContainerStats, ~100x the cost of the state calls at 110
+pods) is a read of its own, :meth:`RuntimeReader.read_stats`, which the agent makes on its own
+period.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ class RuntimeReader:
         self._client = client
         self._version: RuntimeVersion | None = None  # kept from the first successful call
         self._exited: dict[str, Container] = {}
+        # Container id -> (the container as listed or resolved, its sandbox, the two joined).
+        self._joined: dict[str, tuple[Container, PodSandbox | None, Container]] = {}
+        self._sandboxes: tuple[PodSandbox, ...] = ()
+        self._containers: tuple[Container, ...] = ()
 
     @property
     def cached_container_ids(self) -> frozenset[str]:
@@ -77,15 +86,33 @@ class RuntimeReader:
             self._version = version
 
         resolved = await self._resolve_exited(containers)
-        by_id = {sandbox.id: sandbox for sandbox in sandboxes}
+        self._sandboxes = _same_or_new(sandboxes, self._sandboxes)
+        self._containers = _same_or_new(self._join(resolved, sandboxes), self._containers)
         return RuntimeSnapshot(
             taken_at=taken_at,
             version=self._version,
             conditions=conditions,
-            sandboxes=sandboxes,
-            containers=tuple(_join_pod(c, by_id.get(c.pod_sandbox_id)) for c in resolved),
+            sandboxes=self._sandboxes,
+            containers=self._containers,
             image_filesystems=filesystems if isinstance(filesystems, tuple) else (),
         )
+
+    def _join(
+        self, containers: Iterable[Container], sandboxes: Iterable[PodSandbox]
+    ) -> tuple[Container, ...]:
+        """Each container with its sandbox's pod identity; joined again only when either
+        changed (the join cache holds what this read lists, nothing else)."""
+        by_id = {sandbox.id: sandbox for sandbox in sandboxes}
+        joined: dict[str, tuple[Container, PodSandbox | None, Container]] = {}
+        for c in containers:
+            sandbox = by_id.get(c.pod_sandbox_id)
+            cached = self._joined.get(c.id)
+            if cached is not None and cached[0] is c and cached[1] is sandbox:
+                joined[c.id] = cached
+            else:
+                joined[c.id] = (c, sandbox, _join_pod(c, sandbox))
+        self._joined = joined
+        return tuple(entry[2] for entry in joined.values())
 
     async def read_stats(self) -> RuntimeStats:
         """Read every container's resource usage; raises the CRIError of ListContainerStats."""
@@ -125,6 +152,13 @@ class RuntimeReader:
 
 async def _done(value: T) -> T:
     return value
+
+
+def _same_or_new(new: tuple[T, ...], old: tuple[T, ...]) -> tuple[T, ...]:
+    """``old`` itself when ``new`` holds the same objects in the same order, else ``new``."""
+    if len(new) == len(old) and all(a is b for a, b in zip(new, old, strict=True)):
+        return old
+    return new
 
 
 def _join_pod(container: Container, sandbox: PodSandbox | None) -> Container:

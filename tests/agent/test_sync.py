@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -280,3 +281,31 @@ async def test_without_a_stats_source_nothing_is_refreshed() -> None:
     await sync.sync_once()
     assert await sync.refresh_stats() is None
     assert sync.state.stats is None
+
+
+@dataclass
+class ListingRuntime:
+    """Hands back the snapshot it holds, the same tuples until told otherwise (as the reader
+    does when nothing changed)."""
+
+    snapshot: RuntimeSnapshot = field(default_factory=_snapshot)
+
+    async def read(self) -> RuntimeSnapshot:
+        return self.snapshot
+
+
+async def test_an_unchanged_listing_keeps_its_phases_and_a_change_is_seen() -> None:
+    runtime = ListingRuntime()
+    sync = AgentSync(runtime, FakeKubelet(), _host, Durations(), clock=lambda: NOW)
+    assert (await sync.sync_once()).phases[PodPhase.RUNNING] == 1
+    assert (await sync.sync_once()).phases[PodPhase.RUNNING] == 1  # the same tuples again
+    (container,) = runtime.snapshot.containers
+    done = dataclasses.replace(
+        container, state=ContainerState.EXITED, exit_code=1, reason="Error", finished_at=NOW
+    )
+    runtime.snapshot = dataclasses.replace(runtime.snapshot, containers=(done,))
+    state = await sync.sync_once()
+    assert state.phases[PodPhase.FAILED] == 1
+    assert state.phases[PodPhase.RUNNING] == 0
+    assert state.terminations["Error"] == 1
+    assert (await sync.sync_once()).terminations["Error"] == 1  # counted once
