@@ -10,15 +10,17 @@ selector (spec.nodeName) has real work to do. Measured:
 - **full agent**: a real ``nodesync agent`` process with ``--node-name`` and ``--kubeconfig``,
   watching a private real containerd that runs the same pods (same uids as in the API server,
   and a kubelet pod directory for each), timed from process start until /metrics shows every
-  pod Running from the API server and every drift count at 0; then its RSS and peak RSS
-  (VmHWM) after 20 scrapes, and a last check, once the drift grace period is over and two more
-  cycles ran, that drift is still 0 everywhere (the uids really match), with RSS and peak again.
+  pod Running from the API server, every drift count at 0 and the containers' stats; then its
+  RSS and peak RSS (VmHWM) after 20 scrapes, and a last check, once the drift grace period is
+  over and two more cycles ran, that drift is still 0 everywhere (the uids really match), with
+  RSS and peak again, the agent's own sync cycles (``nodesync_sync_duration_seconds``) and how
+  often it read the state and the stats (``nodesync_cri_request_duration_seconds_count``).
 
 Run as root (containerd needs it) on a machine with containerd, runc and busybox-static
 (scripts/setup installs them):
 
     .venv/bin/python -m bench.agent_node_objects [--pods 110] [--other-pods 2000] [--rounds 10]
-        [--sync-period 10]
+        [--sync-period 10] [--stats-period 60]
 """
 
 from __future__ import annotations
@@ -37,12 +39,12 @@ from typing import Any
 import aiohttp
 
 from bench.harness.apiserver import JSONObject, SimAPIServer
-from bench.harness.exposition import samples
+from bench.harness.exposition import sample_value, samples
 from bench.harness.objects import lease_body, lease_path, registered_node
 from bench.harness.pacing import bounded
 from bench.harness.processes import start_nodesync
 from bench.harness.readiness import time_until_ready
-from bench.harness.report import machine
+from bench.harness.report import command, machine
 from bench.harness.samplers import peak_rss_bytes, rss_bytes
 from bench.harness.stats import percentile
 from exporter.agent.node_objects import NodeObjects
@@ -215,12 +217,21 @@ async def populate(api: SimAPIServer, pods: int, other_pods: int) -> list[JSONOb
     return created[:pods]
 
 
-def healthy(body: bytes, pods: int) -> bool:
-    """Every bound pod Running in the API server's view, and drift reported and 0 for each kind."""
+def healthy(body: bytes, pods: int, *, stats: bool = True) -> bool:
+    """Every bound pod Running in the API server's view, drift reported and 0 for each kind,
+    and the containers' stats exported (when ``stats``: the agent reads them)."""
     phases = samples(body, "nodesync_pods")
     running = phases.get(frozenset({("phase", "Running"), ("source", "apiserver")}))
     drift = {dict(k)["kind"]: v for k, v in samples(body, "nodesync_drift_pods").items()}
-    return running == pods and set(drift) == DRIFT_KINDS and not any(drift.values())
+    read = sample_value(body, b"nodesync_runtime_stats_timestamp_seconds") is not None
+    drift_zero = set(drift) == DRIFT_KINDS and not any(drift.values())
+    return running == pods and drift_zero and read == stats
+
+
+def cri_calls(body: bytes, operation_type: str) -> float:
+    """How many CRI calls of one kind the agent made so far."""
+    name = b"nodesync_cri_request_duration_seconds_count"
+    return sample_value(body, b'%s{operation_type="%s"}' % (name, operation_type.encode())) or 0
 
 
 async def time_api_view(kubeconfig: str, pods: int, rounds: int) -> dict[str, object]:
@@ -280,6 +291,7 @@ def start_agent(
     kubelet_root: Path,
     port: int,
     sync_period: float,
+    stats_period: float,
     log: Path,
 ) -> ChildProcess:
     """A real ``nodesync agent`` with the API view, as deployed, on the private containerd."""
@@ -301,6 +313,8 @@ def start_agent(
         f"http://127.0.0.1:{free_port()}/healthz",
         "--sync-period",
         f"{sync_period}s",
+        "--stats-period",
+        f"{stats_period}s",
         "--drift-grace-period",
         f"{DRIFT_GRACE_SECONDS}s",
         "--web.listen-address",
@@ -312,7 +326,12 @@ def start_agent(
 
 
 async def time_full_agent(
-    agent: ChildProcess, base: str, started: float, pods: int, sync_period: float
+    agent: ChildProcess,
+    base: str,
+    started: float,
+    pods: int,
+    sync_period: float,
+    stats: bool = True,
 ) -> dict[str, Any]:
     """From the agent's start until /metrics shows the API's pods and a drift of 0; 20
     scrapes, RSS and peak; then, after the grace period and two more cycles, drift again."""
@@ -325,7 +344,7 @@ async def time_full_agent(
             f"{base}/metrics",
             started=started,
             answered=lambda status: status == 200,
-            ready=lambda status, body: status == 200 and healthy(body, pods),
+            ready=lambda status, body: status == 200 and healthy(body, pods, stats=stats),
             interval=0.02,
             request_timeout=2,
         )
@@ -340,10 +359,12 @@ async def time_full_agent(
         # Past the grace period, anything unmatched would be counted by now.
         await asyncio.sleep(DRIFT_GRACE_SECONDS + 2 * sync_period)
         _, body = await http_get(http, f"{base}/metrics")
-        still_healthy = healthy(body, pods)
+        still_healthy = healthy(body, pods, stats=stats)
         rss_end = rss_bytes(pid)
         peak_rss_end = peak_rss_bytes(pid)
     ordered = sorted(scrapes)
+    cycles = sample_value(body, b"nodesync_sync_duration_seconds_count") or 0
+    cycle_seconds = sample_value(body, b"nodesync_sync_duration_seconds_sum") or 0
     return {
         "listening_s": readiness.answered_s,
         "synced_s": readiness.ready_s,
@@ -355,6 +376,10 @@ async def time_full_agent(
         "rss_bytes_end": rss_end,  # after the grace period and two more cycles
         "peak_rss_bytes_end": peak_rss_end,
         "drift_zero_after_grace": still_healthy,
+        "sync_cycles": cycles,
+        "sync_cycle_mean_ms": cycle_seconds / cycles * 1000 if cycles else None,
+        "state_reads": cri_calls(body, "list_containers"),
+        "stats_reads": cri_calls(body, "list_container_stats"),
         "runtime_running_pods": samples(body, "nodesync_pods").get(
             frozenset({("phase", "Running"), ("source", "runtime")})
         ),
@@ -366,7 +391,14 @@ async def http_get(session: aiohttp.ClientSession, url: str) -> tuple[int, bytes
         return response.status, await response.read()
 
 
-async def run(pods: int, other_pods: int, rounds: int, sync_period: float) -> dict[str, object]:
+async def run(
+    pods: int,
+    other_pods: int,
+    rounds: int,
+    sync_period: float,
+    stats_period: float,
+    argv: list[str] | None = None,
+) -> dict[str, object]:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark starts its own containerd")
     where = machine()
@@ -392,18 +424,25 @@ async def run(pods: int, other_pods: int, rounds: int, sync_period: float) -> di
 
         port = free_port()
         started = time.monotonic()
-        agent = start_agent(api, containerd, kubelet_root, port, sync_period, workdir / "agent.log")
-        full = await time_full_agent(agent, f"http://127.0.0.1:{port}", started, pods, sync_period)
+        agent = start_agent(
+            api, containerd, kubelet_root, port, sync_period, stats_period, workdir / "agent.log"
+        )
+        full = await time_full_agent(
+            agent, f"http://127.0.0.1:{port}", started, pods, sync_period, stats_period > 0
+        )
         return {
             "machine": where,
+            "command": command("bench.agent_node_objects", argv),
             "pods": pods,
             "other_pods": other_pods,
             "sync_period_s": sync_period,
+            "stats_period_s": stats_period,
             "drift_grace_period_s": DRIFT_GRACE_SECONDS,
             "populate_s": populate_s,
             "api_view_synced": view,
             "runtime_pods_s": runtime_pods_s,
             "agent": full,
+            "load_average_1m_at_end": os.getloadavg()[0],
         }
     finally:
         if agent is not None:
@@ -422,8 +461,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sync-period", type=float, default=10.0, help="the agent's --sync-period, in seconds"
     )
+    parser.add_argument(
+        "--stats-period", type=float, default=60.0, help="the agent's --stats-period, in seconds"
+    )
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args.pods, args.other_pods, args.rounds, args.sync_period))
+    result = asyncio.run(
+        run(args.pods, args.other_pods, args.rounds, args.sync_period, args.stats_period, argv)
+    )
     print(json.dumps(result, indent=2))
     return 0
 

@@ -1,13 +1,17 @@
-"""Benchmark: one agent sync cycle and one scrape at 110 pods on a real containerd.
+"""Benchmark: one agent sync cycle, its floors, and one scrape at 110 pods on a real containerd.
 
-Measured in the same run, interleaved round by round so machine noise hits both alike:
-- the bare CRI calls one cycle needs (Status, ListPodSandbox, ListContainers,
-  ListContainerStats, ImageFsInfo, issued concurrently through the generated stubs, no
-  conversion, no metrics);
-- one full sync cycle of the agent (AgentSync.sync_once: the same calls through the CRI
-  boundary, plus host and kubelet probes, phases, terminations);
-- a scrape of /metrics from a real ``nodesync agent`` process watching the same containerd,
-  and that process' peak RSS.
+Measured in the same run, interleaved round by round (in a random order within each round) so
+machine noise hits all alike:
+- **bare state calls**: the calls one sync cycle makes (Status, ListPodSandbox, ListContainers,
+  ImageFsInfo), issued concurrently through the generated stubs, no conversion, no metrics:
+  the floor a cycle cannot go below;
+- **sync cycle**: the agent's ``AgentSync.sync_once`` (the same calls through the CRI boundary,
+  plus host and kubelet probes, phases, terminations), and its ratio to the bare state calls;
+- **bare stats call**: ListContainerStats alone, through the stubs, and **stats refresh**: the
+  agent's ``AgentSync.refresh_stats`` (once per ``--stats-period``, not per cycle);
+- containerd's and its shims' CPU per call of each kind (user + system, over the rounds);
+- a scrape of /metrics from a real ``nodesync agent`` process watching the same containerd
+  (no API view: see bench.agent_node_objects for that), and that process' peak RSS.
 
 Run as root on a machine with containerd, runc and busybox-static (scripts/setup installs them):
 
@@ -19,6 +23,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import random
 import shutil
 import statistics
 import tempfile
@@ -30,11 +36,12 @@ from functools import partial
 from pathlib import Path
 
 import grpc.aio
+import psutil
 from prometheus_client import CollectorRegistry
 
 from bench.harness.processes import start_nodesync
 from bench.harness.readiness import wait_until
-from bench.harness.report import machine
+from bench.harness.report import command, machine
 from bench.harness.samplers import peak_rss_bytes, rss_bytes
 from bench.harness.stats import percentile
 from exporter.agent.sync import AgentSync
@@ -69,6 +76,31 @@ async def _timed(fn: Callable[[], Awaitable[object]]) -> float:
     started = time.perf_counter()
     await fn()
     return time.perf_counter() - started
+
+
+class RuntimeCPU:
+    """CPU seconds (user + system) of containerd and every process under it (the shims and
+    what they run), read from /proc before and after each measured call."""
+
+    def __init__(self, pid: int) -> None:
+        self._root = psutil.Process(pid)
+        self.spent: dict[str, float] = {}
+
+    def _now(self) -> float:
+        total = 0.0
+        for process in [self._root, *self._root.children(recursive=True)]:
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return total
+
+    async def timed(self, kind: str, fn: Callable[[], Awaitable[object]]) -> float:
+        before = self._now()
+        took = await _timed(fn)
+        self.spent[kind] = self.spent.get(kind, 0.0) + self._now() - before
+        return took
 
 
 def _summary(samples: list[float]) -> dict[str, float]:
@@ -115,7 +147,7 @@ def _start_agent(
     )
 
 
-async def run(pods: int, rounds: int) -> dict[str, object]:
+async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str, object]:
     where = machine()
     workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-"))
     kubelet_root = workdir / "kubelet"
@@ -129,34 +161,54 @@ async def run(pods: int, rounds: int) -> dict[str, object]:
         runtime = api_pb2_grpc.RuntimeServiceStub(channel)
         images = api_pb2_grpc.ImageServiceStub(channel)
 
-        async def bare() -> None:
+        async def bare_state() -> None:
             await asyncio.gather(
                 runtime.Status(api_pb2.StatusRequest(), timeout=5),
                 runtime.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=5),
                 runtime.ListContainers(api_pb2.ListContainersRequest(), timeout=5),
-                runtime.ListContainerStats(api_pb2.ListContainerStatsRequest(), timeout=5),
                 images.ImageFsInfo(api_pb2.ImageFsInfoRequest(), timeout=5),
             )
+
+        async def bare_stats() -> None:
+            await runtime.ListContainerStats(api_pb2.ListContainerStatsRequest(), timeout=5)
 
         registry = CollectorRegistry()
         client = CRIClient(containerd.endpoint, timeout=5, observer=CRIRequestMetrics(registry))
         kubelet = KubeletProbe(f"http://127.0.0.1:{free_port()}/healthz", str(kubelet_root), 1.0)
+        reader = RuntimeReader(client)
         sync = AgentSync(
-            RuntimeReader(client),
+            reader,
             kubelet,
             partial(read_host, str(containerd.root), str(kubelet_root)),
             SyncMetrics(registry),
+            stats=reader,
         )
         first = await sync.sync_once()
         assert first.runtime is not None, "runtime not reachable"
         assert len(first.runtime.sandboxes) == pods, len(first.runtime.sandboxes)
-        await bare()  # warm both paths
+        stats = await sync.refresh_stats()
+        assert stats is not None, "no stats"
+        assert len(stats.containers) == pods, len(stats.containers)
+        await bare_state()  # warm every path
+        await bare_stats()
 
-        bare_times: list[float] = []
-        cycle_times: list[float] = []
+        assert containerd.pid is not None, "containerd is not running"
+        cpu = RuntimeCPU(containerd.pid)
+        order = random.Random(14)
+        times: dict[str, list[float]] = {k: [] for k in ("bare_state", "cycle", "bare_stats")}
+        times["stats_refresh"] = []
+        state_pair: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            ("bare_state", bare_state),
+            ("cycle", sync.sync_once),
+        ]
+        stats_pair: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            ("bare_stats", bare_stats),
+            ("stats_refresh", sync.refresh_stats),
+        ]
         for _ in range(rounds):
-            bare_times.append(await _timed(bare))
-            cycle_times.append(await _timed(sync.sync_once))
+            for pair in (state_pair, stats_pair):
+                for kind, fn in order.sample(pair, len(pair)):
+                    times[kind].append(await cpu.timed(kind, fn))
 
         port = free_port()
         agent = _start_agent(containerd, port, kubelet_root, workdir / "agent.log")
@@ -182,15 +234,26 @@ async def run(pods: int, rounds: int) -> dict[str, object]:
         await kubelet.close()
         await client.close()
         await channel.close(None)
-        bare_s = _summary(bare_times)
-        cycle_s = _summary(cycle_times)
+        summary = {kind: _summary(samples) for kind, samples in times.items()}
+        paired = [c / b for c, b in zip(times["cycle"], times["bare_state"], strict=True)]
         return {
             "machine": where,
+            "command": command("bench.agent_sync", argv),
             "pods": pods,
             "rounds": rounds,
-            "bare_cri_calls": bare_s,
-            "sync_cycle": cycle_s,
-            "cycle_over_bare_median": cycle_s["median_ms"] / bare_s["median_ms"],
+            "bare_state_calls": summary["bare_state"],
+            "sync_cycle": summary["cycle"],
+            "cycle_over_bare_state_median": summary["cycle"]["median_ms"]
+            / summary["bare_state"]["median_ms"],
+            "cycle_over_bare_state_paired_median": statistics.median(paired),
+            "bare_stats_call": summary["bare_stats"],
+            "stats_refresh": summary["stats_refresh"],
+            "stats_refresh_over_bare_stats_median": summary["stats_refresh"]["median_ms"]
+            / summary["bare_stats"]["median_ms"],
+            "runtime_cpu_ms_per_call": {
+                kind: cpu.spent.get(kind, 0.0) / rounds * 1000 for kind in times
+            },
+            "load_average_1m_at_end": os.getloadavg()[0],
             "scrape": _summary(scrape_times),
             "exposition_bytes": len(body),
             "agent_rss_bytes": rss,
@@ -208,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=110)
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args.pods, args.rounds))
+    result = asyncio.run(run(args.pods, args.rounds, argv))
     print(json.dumps(result, indent=2))
     return 0
 

@@ -1,7 +1,8 @@
 """The agent's connection to the API server: the client, the watches of its own objects (Node,
 Lease, pods: exporter.agent.node_objects), and the writer its cleanup answers through.
-Imported only when the agent has an API server to talk to: the kubernetes client is a third of
-the agent's memory, which an agent without one need not pay."""
+Imported only when the agent has an API server to talk to (its modules and the informers' state
+are what an agent without one need not pay). Nothing here imports the ``kubernetes`` client
+package: exporter.kube talks to the API server over aiohttp (tests/test_cli_imports.py)."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ async def _api_side(settings: AgentSettings, registry: CollectorRegistry) -> API
     if not settings.node_name:
         log.warning("no --node-name (NODE_NAME): running without the API server's view")
         return None
-    from exporter.agent.api_connection import connect  # loads the kubernetes client
+    from exporter.agent.api_connection import connect  # loads the API boundary
 
     return await connect(settings, registry)
 
@@ -65,12 +65,14 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     kubelet = KubeletProbe(
         settings.kubelet_healthz_url, settings.kubelet_root_dir, settings.kubelet_timeout
     )
+    reader = RuntimeReader(client)
     sync = AgentSync(
-        RuntimeReader(client),
+        reader,
         kubelet,
         partial(read_host, settings.containerd_root, settings.kubelet_root_dir),
         SyncMetrics(registry),
         api=side.objects if side is not None else None,
+        stats=reader if settings.stats_period > 0 else None,
         drift_grace_seconds=settings.drift_grace_period,
     )
     app[SYNC] = sync
@@ -79,6 +81,8 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     tasks: list[asyncio.Task[object]] = [
         asyncio.create_task(sync.run(settings.sync_period), name="agent-sync")
     ]
+    if settings.stats_period > 0:
+        tasks.append(asyncio.create_task(sync.run_stats(settings.stats_period), name="agent-stats"))
     if side is not None:
         tasks.append(asyncio.create_task(side.objects.run(), name="agent-api-view"))
         tasks.append(asyncio.create_task(_publish_when_synced(side, sync), name="agent-api-synced"))

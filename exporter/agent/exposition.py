@@ -17,7 +17,7 @@ from exporter.metrics.selfmetrics import SourceStatus, self_families
 def agent_families(state: AgentState) -> list[Metric]:
     families: list[Metric] = []
     families.append(pods_family(state.phases, state.api_phases))
-    families += runtime_families(state.runtime, state.terminations, state.loops)
+    families += runtime_families(state.runtime, state.terminations, state.loops, state.stats)
     families += host_families(state.host, state.pressure)
     families += kubelet_families(state.kubelet)
     families += pod_problem_families(state.problems)

@@ -8,7 +8,7 @@ from exporter.model.drift import Drift
 from exporter.model.host import HostSnapshot, KubeletSnapshot
 from exporter.model.phase import PodPhase
 from exporter.model.pod_problems import PodProblem
-from exporter.model.runtime import RuntimeSnapshot
+from exporter.model.runtime import RuntimeSnapshot, RuntimeStats
 from exporter.model.terminations import LoopState
 
 
@@ -21,9 +21,13 @@ class SourceState:
 
 @dataclass(frozen=True, slots=True)
 class AgentState:
-    """An immutable view published at the end of each sync; scrapes read the latest one."""
+    """An immutable view published at the end of each sync (and with each stats refresh);
+    scrapes read the latest one."""
 
     runtime: RuntimeSnapshot | None = None
+    # The containers' resource usage, read on its own period; None when stats are off, not
+    # read yet, or the last read failed.
+    stats: RuntimeStats | None = None
     phases: dict[PodPhase, int] = field(default_factory=dict)
     terminations: dict[str, int] = field(default_factory=dict)
     loops: tuple[LoopState, ...] = ()

@@ -2,12 +2,17 @@
 
 A scrape never waits on containerd: it renders the state published by the last completed
 sync. Each source fails on its own: a frozen containerd does not stop the host probes.
+
+The containers' resource usage (CRI ListContainerStats) is not part of a sync cycle: at 110
+pods it costs containerd and its shims ~100x the state calls, so it is refreshed on a period
+of its own (:meth:`AgentSync.run_stats`, ``--stats-period``) and published into the same state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -18,10 +23,10 @@ from exporter.cri.errors import CRIError
 from exporter.model.drift import DEFAULT_GRACE_SECONDS, Drift, compute_drift, track_first_seen
 from exporter.model.host import HostSnapshot, KubeletSnapshot
 from exporter.model.kube import PodInfo
-from exporter.model.phase import phase_counts, pods_by_uid
+from exporter.model.phase import PodPhase, phase_counts, pods_by_uid
 from exporter.model.pod_problems import api_phase_counts, pod_problems
 from exporter.model.pressure import pressure
-from exporter.model.runtime import RuntimeSnapshot
+from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, RuntimeStats
 from exporter.model.terminations import TerminationTracker
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,10 @@ SOURCE_APISERVER = "apiserver"
 
 class RuntimeSource(Protocol):
     async def read(self) -> RuntimeSnapshot: ...
+
+
+class StatsSource(Protocol):
+    async def read_stats(self) -> RuntimeStats: ...
 
 
 class KubeletSource(Protocol):
@@ -68,10 +77,14 @@ class AgentSync:
         durations: DurationObserver,
         *,
         api: APIView | None = None,
+        stats: StatsSource | None = None,
         drift_grace_seconds: float = DEFAULT_GRACE_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._runtime = runtime
+        self._stats_source = stats
+        self._stats: RuntimeStats | None = None
+        self._stats_failing = False
         self._kubelet = kubelet
         self._read_host = read_host
         self._durations = durations
@@ -81,6 +94,8 @@ class AgentSync:
         self._pod_dirs_first_seen: dict[str, float] = {}
         self._terminations = TerminationTracker()
         self._known_pod_uids: frozenset[str] = frozenset()
+        self._listed: tuple[tuple[PodSandbox, ...], tuple[Container, ...]] | None = None
+        self._phases: dict[PodPhase, int] = {}
         self._state = AgentState()
         self._synced = asyncio.Event()
         self._wake = asyncio.Event()
@@ -108,14 +123,17 @@ class AgentSync:
         }
         snapshot = runtime if isinstance(runtime, RuntimeSnapshot) else None
         if snapshot is not None:
-            self._known_pod_uids = frozenset(pods_by_uid(snapshot))
+            self._observe_listing(snapshot)
             self._terminations.observe(snapshot.containers, now)
         host_snapshot = host if isinstance(host, HostSnapshot) else None
         kubelet_snapshot = kubelet if isinstance(kubelet, KubeletSnapshot) else None
         pods = self._api.pods() if self._api is not None else None
         self._state = AgentState(
             runtime=snapshot,
-            phases=phase_counts(snapshot, self._known_pod_uids),
+            stats=self._stats,
+            phases=self._phases
+            if snapshot is not None
+            else phase_counts(None, self._known_pod_uids),
             terminations=dict(self._terminations.totals()),
             loops=tuple(self._terminations.loops(now)),
             host=host_snapshot,
@@ -131,6 +149,17 @@ class AgentSync:
         self.last_cycle_end = time.monotonic()
         self._synced.set()
         return self._state
+
+    def _observe_listing(self, snapshot: RuntimeSnapshot) -> None:
+        """Pods and their phases from a listing; none of it again when the listing is the
+        previous one (the reader hands back the same tuples when nothing changed)."""
+        listed = self._listed
+        unchanged = listed is not None and listed[0] is snapshot.sandboxes
+        if unchanged and listed is not None and listed[1] is snapshot.containers:
+            return
+        self._listed = (snapshot.sandboxes, snapshot.containers)
+        self._known_pod_uids = frozenset(pods_by_uid(snapshot))
+        self._phases = phase_counts(snapshot, self._known_pod_uids)
 
     def _api_source(self) -> SourceState:
         if self._api is None:
@@ -161,6 +190,36 @@ class AgentSync:
             grace_seconds=self._drift_grace,
             first_seen=self._pod_dirs_first_seen,
         )
+
+    async def refresh_stats(self) -> RuntimeStats | None:
+        """Read the containers' resource usage once and publish it into the current state:
+        None (its families absent) when there is no stats source or the read failed."""
+        if self._stats_source is None:
+            return None
+        try:
+            stats: RuntimeStats | None = await self._stats_source.read_stats()
+        except CRIError as exc:
+            # Loudly once, then quietly: a runtime without stats must not flood the log.
+            level = logging.DEBUG if self._stats_failing else logging.WARNING
+            log.log(level, "runtime stats read failed", extra={"error": str(exc)})
+            stats = None
+        self._stats_failing = stats is None
+        self._stats = stats
+        self._state = dataclasses.replace(self._state, stats=stats)
+        return stats
+
+    async def run_stats(self, period: float) -> None:
+        """Refresh the stats every ``period`` seconds until cancelled; the first refresh once
+        the first sync cycle is published, so that it does not slow that cycle down."""
+        await self.wait_synced()
+        next_at = time.monotonic()
+        while True:
+            try:
+                await self.refresh_stats()
+            except Exception:  # a bug in one refresh must not end the stats for good
+                log.exception("stats refresh failed")
+            next_at = max(next_at + period, time.monotonic())
+            await asyncio.sleep(next_at - time.monotonic())
 
     def wake(self) -> None:
         """Run the next cycle now rather than at its time (e.g. the API view just synced)."""

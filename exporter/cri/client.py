@@ -2,14 +2,20 @@
 
 Every call carries a deadline: a frozen runtime otherwise hangs a call forever. Failures are
 translated into :mod:`exporter.cri.errors`; results are exporter.model dataclasses.
+
+The lists (ListPodSandbox, ListContainers) come back sorted by id, and a sandbox or container
+listed again in the same state is the very object of the previous list: CRI changes nothing
+of a listed object but its state (labels, annotations, metadata, image and times are fixed at
+creation), so converting 220 messages again on every sync cycle would cost more than the
+calls themselves (~3.5 ms against ~3 ms at 110 pods).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import grpc.aio
@@ -25,6 +31,8 @@ from exporter.model.runtime import (
     RuntimeCondition,
     RuntimeVersion,
 )
+
+T = TypeVar("T")
 
 CRI_API_VERSION = "v1"
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # as kubelet
@@ -62,6 +70,9 @@ class CRIClient:
         self._channel: grpc.aio.Channel | None = None
         self._runtime_stub: Any = None
         self._image_stub: Any = None
+        # The last lists' objects by (id, state): what an unchanged item converts to.
+        self._sandboxes: dict[tuple[str, int], PodSandbox] = {}
+        self._containers: dict[tuple[str, int], Container] = {}
 
     @property
     def endpoint(self) -> str:
@@ -139,7 +150,8 @@ class CRIClient:
         reply = await self._call(
             "list_podsandbox", self._runtime.ListPodSandbox, api_pb2.ListPodSandboxRequest()
         )
-        return tuple(convert.pod_sandbox(item) for item in reply.items)
+        self._sandboxes, listed = _converted(reply.items, self._sandboxes, convert.pod_sandbox)
+        return listed
 
     async def pod_sandbox_status(self, pod_sandbox_id: str) -> PodSandbox:
         reply = await self._call(
@@ -153,7 +165,8 @@ class CRIClient:
         reply = await self._call(
             "list_containers", self._runtime.ListContainers, api_pb2.ListContainersRequest()
         )
-        return tuple(convert.container(item) for item in reply.containers)
+        self._containers, listed = _converted(reply.containers, self._containers, convert.container)
+        return listed
 
     async def container_status(self, container_id: str, pod_sandbox_id: str = "") -> Container:
         """Status of one container, with exit code, reason, message and start/finish times.
@@ -237,3 +250,15 @@ class CRIClient:
 
 
 __all__ = ["CRIClient", "CRIError", "RequestObserver"]
+
+
+def _converted(
+    items: Iterable[Any], previous: dict[tuple[str, int], T], make: Callable[[Any], T]
+) -> tuple[dict[tuple[str, int], T], tuple[T, ...]]:
+    """The listed messages as objects sorted by id, reusing those of ``previous`` whose id and
+    state are unchanged; and the memo for the next list (only what this list holds)."""
+    memo: dict[tuple[str, int], T] = {}
+    for item in items:
+        key = (item.id, item.state)
+        memo[key] = previous.get(key) or make(item)
+    return memo, tuple(memo[key] for key in sorted(memo))

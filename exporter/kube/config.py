@@ -1,49 +1,176 @@
 """Client configuration for the API server: a kubeconfig file, in-cluster, or host + token.
 
 The CLI owns the flags (``--kubeconfig``; empty means in-cluster) and passes the values here.
-Every function returns a ``kubernetes.aio`` Configuration for :class:`exporter.kube.api.KubeAPI`.
+Every function returns a configuration for :class:`exporter.kube.api.KubeAPI`: this module's
+:class:`Configuration`, read without the ``kubernetes`` client package, whose import alone
+costs ~18 MiB (requests, oauthlib, pydantic, urllib3 ... a third of an agent's memory). Its
+attributes are named as those of ``kubernetes.aio.client.Configuration``, and KubeAPI takes
+either (:class:`ClientConfiguration`): a kubeconfig whose user has an ``auth-provider`` (oidc,
+gcp, azure) is still loaded by the kubernetes client. How a kubeconfig is read:
+exporter.kube.kubeconfig.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import ssl
+import tempfile
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from kubernetes.aio.config import incluster_config as _incluster_config
-from kubernetes.aio.config import kube_config as _kube_config
-from kubernetes.aio.config.config_exception import ConfigException
+from exporter.kube.kubeconfig import KubeconfigError, TokenFile, configure, read_files
+from exporter.kube.kubeconfig import uses_auth_provider as _uses_auth_provider
 
-if TYPE_CHECKING:
-    from kubernetes.aio.client import Configuration
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
-# The loaders are untyped: use them through Any.
-incluster_config: Any = _incluster_config
-kube_config: Any = _kube_config
-
-SERVICE_ACCOUNT_TOKEN = incluster_config.SERVICE_TOKEN_FILENAME
-SERVICE_ACCOUNT_CA = incluster_config.SERVICE_CERT_FILENAME
+#: Called before each request with the configuration; may update its ``api_key`` (a token
+#: file read again, a plugin's credential renewed). A coroutine function is awaited.
+RefreshHook = Callable[[Any], object]
 
 
 class ConfigError(Exception):
     """The client cannot be configured (no kubeconfig, not in a cluster, unreadable files)."""
 
 
-def _new() -> Configuration:
-    from kubernetes.aio.client import Configuration
+class ClientConfiguration(Protocol):
+    """What KubeAPI reads of a configuration: :class:`Configuration`, or the kubernetes
+    client's ``kubernetes.aio.client.Configuration`` (the tests' and the simulator's)."""
 
-    return Configuration()
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def api_key(self) -> dict[str, str]: ...
+
+    @property
+    def api_key_prefix(self) -> dict[str, str]: ...
+
+    @property
+    def refresh_api_key_hook(self) -> RefreshHook | None: ...
+
+    @property
+    def ssl_ca_cert(self) -> str | None: ...
+
+    @property
+    def ca_cert_data(self) -> str | bytes | None: ...
+
+    @property
+    def cert_file(self) -> str | None: ...
+
+    @property
+    def key_file(self) -> str | None: ...
+
+    @property
+    def verify_ssl(self) -> bool: ...
+
+    @property
+    def tls_server_name(self) -> str | None: ...
+
+    @property
+    def proxy(self) -> str | None: ...
 
 
-async def kubeconfig_configuration(path: str, *, context: str | None = None) -> Configuration:
-    """From a kubeconfig file (its current context unless ``context`` is given)."""
-    cfg = _new()
+class Configuration:
+    """Where the API server is and how to authenticate to it.
+
+    ``api_key["authorization"]`` is the whole Authorization header (``Bearer T``). Client
+    certificates are files (``cert_file``, ``key_file``) or PEM text (``cert_data``,
+    ``key_data``, from ``*-data`` fields or a credential plugin), the CA a file
+    (``ssl_ca_cert``) or PEM text (``ca_cert_data``); none set: the system's CAs."""
+
+    def __init__(self, host: str = "http://localhost") -> None:
+        self.host = host
+        self.api_key: dict[str, str] = {}
+        self.api_key_prefix: dict[str, str] = {}
+        self.refresh_api_key_hook: RefreshHook | None = None
+        self.ssl_ca_cert: str | None = None
+        self.ca_cert_data: str | bytes | None = None
+        self.cert_file: str | None = None
+        self.key_file: str | None = None
+        self.cert_data: str | None = None
+        self.key_data: str | None = None
+        self.verify_ssl = True
+        self.tls_server_name: str | None = None
+        self.proxy: str | None = None
+
+    def __repr__(self) -> str:  # never the credentials
+        return f"Configuration(host={self.host!r})"
+
+
+async def authorization(configuration: ClientConfiguration) -> str | None:
+    """The Authorization header for the next request (None: anonymous), after the
+    configuration's refresh hook ran; as the kubernetes client computes it."""
+    hook = configuration.refresh_api_key_hook
+    if hook is not None:
+        result = hook(configuration)
+        if inspect.isawaitable(result):
+            await result
+    keys, prefixes = configuration.api_key, configuration.api_key_prefix
+    key = keys.get("BearerToken", keys.get("authorization"))
+    if not key:
+        return None
+    prefix = prefixes.get("BearerToken", prefixes.get("authorization"))
+    return f"{prefix} {key}" if prefix else key
+
+
+def ssl_context(configuration: ClientConfiguration) -> ssl.SSLContext:
+    """The TLS context for an ``https`` server: its CA (else the system's), the client
+    certificate if any, no verification with ``verify_ssl`` false."""
+    context = ssl.create_default_context(
+        cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data or None
+    )
+    cert_data: str | None = getattr(configuration, "cert_data", None)
+    key_data: str | None = getattr(configuration, "key_data", None)
+    if cert_data:
+        _load_cert_chain_from_text(context, cert_data, key_data)
+    elif configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _load_cert_chain_from_text(context: ssl.SSLContext, cert: str, key: str | None) -> None:
+    """ssl reads certificates from files only: write them to a private directory just long
+    enough to load them."""
+    with tempfile.TemporaryDirectory(prefix="nodesync-tls-") as private:
+        cert_path = os.path.join(private, "cert.pem")
+        key_path = os.path.join(private, "key.pem") if key else None
+        for path, text in ((cert_path, cert), (key_path, key)):
+            if path is not None and text is not None:
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(descriptor, "w") as handle:
+                    handle.write(text)
+        context.load_cert_chain(cert_path, keyfile=key_path)
+
+
+async def kubeconfig_configuration(path: str, *, context: str | None = None) -> ClientConfiguration:
+    """From a kubeconfig file (its current context unless ``context`` is given); ``path`` may
+    list several files separated by ``:``, merged as kubectl merges them."""
     try:
-        await kube_config.load_kube_config(
-            config_file=path, context=context, client_configuration=cfg, persist_config=False
-        )
-    except Exception as exc:  # YAML, I/O, missing keys, exec plugins: all mean "unusable"
+        config = read_files(path)
+        if _uses_auth_provider(config, context):
+            return await _kubernetes_client_configuration(path, context)
+        cfg = Configuration()
+        await configure(config, context, cfg)
+    except Exception as exc:  # YAML, I/O, missing keys, plugins: all mean "unusable"
         raise ConfigError(f"cannot load kubeconfig {path!r}: {exc}") from exc
+    return cfg
+
+
+async def _kubernetes_client_configuration(path: str, context: str | None) -> ClientConfiguration:
+    """An ``auth-provider`` user (oidc, gcp, azure), which only the kubernetes client reads."""
+    from kubernetes.aio.client import Configuration as ClientPackageConfiguration
+    from kubernetes.aio.config import kube_config
+
+    cfg: ClientConfiguration = ClientPackageConfiguration()
+    loader: Any = kube_config
+    await loader.load_kube_config(
+        config_file=path, context=context, client_configuration=cfg, persist_config=False
+    )
     return cfg
 
 
@@ -55,15 +182,23 @@ def in_cluster_configuration(
 ) -> Configuration:
     """From the pod's service account: KUBERNETES_SERVICE_HOST/PORT, token and CA files.
 
-    The token is re-read periodically, so rotated (bound) service account tokens keep working.
-    """
-    cfg = _new()
-    loader = incluster_config.InClusterConfigLoader(
-        token_filename=token_path, cert_filename=ca_path, try_refresh_token=True, environ=environ
-    )
+    The token is read again every minute, so rotated (bound) service account tokens keep
+    working."""
+    host = environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = environ.get("KUBERNETES_SERVICE_PORT", "")
     try:
-        loader.load_and_set(cfg)
-    except (ConfigException, OSError) as exc:
+        if not host or not port:
+            raise KubeconfigError("KUBERNETES_SERVICE_HOST or KUBERNETES_SERVICE_PORT is not set")
+        with open(ca_path, encoding="utf-8") as handle:
+            if not handle.read().strip():
+                raise KubeconfigError(f"the CA file {ca_path} is empty")
+        bracketed = f"[{host}]" if ":" in host or "%" in host else host  # IPv6
+        cfg = Configuration(f"https://{bracketed}:{port}")
+        cfg.ssl_ca_cert = ca_path
+        token = TokenFile(token_path)
+        token.refresh(cfg)
+        cfg.refresh_api_key_hook = token.refresh
+    except (KubeconfigError, OSError) as exc:
         raise ConfigError(f"not running in a cluster: {exc}") from exc
     return cfg
 
@@ -72,15 +207,16 @@ def token_configuration(
     host: str, token: str, *, ca_path: str | None = None, verify_ssl: bool = True
 ) -> Configuration:
     """From an explicit server URL and bearer token (tests, and tools outside a cluster)."""
-    cfg = _new()
-    cfg.host = host.rstrip("/")
+    cfg = Configuration(host.rstrip("/"))
     cfg.api_key = {"authorization": f"Bearer {token}"}
     cfg.ssl_ca_cert = ca_path
     cfg.verify_ssl = verify_ssl
     return cfg
 
 
-async def load_configuration(kubeconfig: str = "", *, context: str | None = None) -> Configuration:
+async def load_configuration(
+    kubeconfig: str = "", *, context: str | None = None
+) -> ClientConfiguration:
     """The configuration the CLI asks for: ``kubeconfig`` when set, else in-cluster."""
     if kubeconfig:
         return await kubeconfig_configuration(kubeconfig, context=context)

@@ -8,6 +8,7 @@ from the HTTP status code and the Status ``reason`` only, never from message tex
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -216,15 +217,24 @@ def translate(exc: BaseException) -> KubeError:
         return exc
     # Imported here so this module stays cheap to import for code that only matches errors.
     import aiohttp
-    from kubernetes.aio.client.exceptions import ApiException as AioApiException
-    from kubernetes.client.exceptions import ApiException
 
-    if isinstance(exc, ApiException | AioApiException):
-        status = exc.status if isinstance(exc.status, int) else 0
+    if _is_client_package_error(exc):
+        api: Any = exc
+        status = api.status if isinstance(api.status, int) else 0
         if status == 0:
-            return KubeError(CODE_UNREACHABLE, "ClientError", str(exc.reason or exc))
-        headers = exc.headers if isinstance(exc.headers, Mapping) else None
-        return from_status(status, exc.body, headers, http_reason=str(exc.reason or ""))
+            return KubeError(CODE_UNREACHABLE, "ClientError", str(api.reason or exc))
+        headers = api.headers if isinstance(api.headers, Mapping) else None
+        return from_status(status, api.body, headers, http_reason=str(api.reason or ""))
     if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError):
         return unreachable(exc)
     return KubeError(CODE_UNREACHABLE, type(exc).__name__, str(exc))
+
+
+def _is_client_package_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is an ApiException of the kubernetes client package (sync or aio),
+    without importing it (~18 MiB): an exception of a module never imported is none of its."""
+    for module in ("kubernetes.client.exceptions", "kubernetes.aio.client.exceptions"):
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, loaded.ApiException):
+            return True
+    return False

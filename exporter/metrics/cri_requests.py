@@ -56,7 +56,7 @@ class SyncMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self._duration = Histogram(
             "nodesync_sync_duration_seconds",
-            "Duration of one agent sync cycle (reading every source).",
+            "Duration of one agent sync cycle (reading every source; container stats apart).",
             buckets=SYNC_BUCKETS,
             registry=registry,
         )

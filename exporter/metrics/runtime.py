@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.model.runtime import ContainerState, RuntimeSnapshot, SandboxState
+from exporter.model.runtime import ContainerState, RuntimeSnapshot, RuntimeStats, SandboxState
 from exporter.model.terminations import REASONS, LoopState
 
 
@@ -14,11 +14,14 @@ def runtime_families(
     snapshot: RuntimeSnapshot | None,
     terminations: Mapping[str, int],
     loops: Sequence[LoopState],
+    stats: RuntimeStats | None = None,
 ) -> list[Metric]:
     """Families for one scrape. ``snapshot`` is None when the runtime could not be asked: then
     only ``nodesync_cri_up`` (0), the termination counters and the loops are exported;
-    everything read from the runtime itself is absent. Pod phases are in
-    :mod:`exporter.metrics.pods`, shared with the API server's view."""
+    everything read from the runtime itself is absent, the containers' resource usage too.
+    ``stats`` is the last resource usage read (on the stats period), None when there is none
+    (stats off, not read yet, or the last read failed): then its families are absent. Pod
+    phases are in :mod:`exporter.metrics.pods`, shared with the API server's view."""
     up = GaugeMetricFamily(
         "nodesync_cri_up", "1 if the last sync could read the container runtime over CRI, else 0."
     )
@@ -26,6 +29,8 @@ def runtime_families(
     families: list[Metric] = [up, _terminations(terminations), *_loops(loops)]
     if snapshot is not None:
         families.extend(_snapshot_families(snapshot))
+        if stats is not None:
+            families.extend(_stats_families(stats))
     return families
 
 
@@ -105,18 +110,6 @@ def _snapshot_families(snapshot: RuntimeSnapshot) -> list[Metric]:
         containers.add_metric([container_state.value], float(n))
     families.append(containers)
 
-    working_set = GaugeMetricFamily(
-        "nodesync_runtime_memory_working_set_bytes",
-        "Sum of the memory working set of all containers the runtime reports stats for.",
-    )
-    working_set.add_metric([], float(sum(s.memory_working_set_bytes or 0 for s in snapshot.stats)))
-    writable = GaugeMetricFamily(
-        "nodesync_runtime_writable_layer_bytes",
-        "Sum of the writable layer size of all containers the runtime reports stats for.",
-    )
-    writable.add_metric([], float(sum(s.writable_layer_bytes or 0 for s in snapshot.stats)))
-    families.extend([working_set, writable])
-
     used = GaugeMetricFamily(
         "nodesync_cri_image_filesystem_used_bytes",
         "Bytes used by images on the runtime's image filesystem (CRI ImageFsInfo).",
@@ -134,3 +127,27 @@ def _snapshot_families(snapshot: RuntimeSnapshot) -> list[Metric]:
             inodes.add_metric([fs.mountpoint], float(fs.inodes_used))
     families.extend([used, inodes])
     return families
+
+
+def _stats_families(stats: RuntimeStats) -> list[Metric]:
+    working_set = GaugeMetricFamily(
+        "nodesync_runtime_memory_working_set_bytes",
+        "Sum of the memory working set of all containers the runtime reports stats for "
+        "(as of nodesync_runtime_stats_timestamp_seconds).",
+    )
+    working_set.add_metric(
+        [], float(sum(s.memory_working_set_bytes or 0 for s in stats.containers))
+    )
+    writable = GaugeMetricFamily(
+        "nodesync_runtime_writable_layer_bytes",
+        "Sum of the writable layer size of all containers the runtime reports stats for "
+        "(as of nodesync_runtime_stats_timestamp_seconds).",
+    )
+    writable.add_metric([], float(sum(s.writable_layer_bytes or 0 for s in stats.containers)))
+    taken = GaugeMetricFamily(
+        "nodesync_runtime_stats_timestamp_seconds",
+        "Unix time the containers' resource usage exported was read (CRI ListContainerStats, "
+        "every --stats-period).",
+    )
+    taken.add_metric([], stats.taken_at)
+    return [working_set, writable, taken]

@@ -106,12 +106,21 @@ class RuntimeVersion:
 
 @dataclass(frozen=True, slots=True)
 class RuntimeSnapshot:
-    """Everything one sync cycle read from the runtime."""
+    """Everything one sync cycle read from the runtime: its state, not its resource usage
+    (:class:`RuntimeStats`, read on a period of its own)."""
 
     taken_at: float
     version: RuntimeVersion | None
     conditions: tuple[RuntimeCondition, ...]
     sandboxes: tuple[PodSandbox, ...]
     containers: tuple[Container, ...]
-    stats: tuple[ContainerStats, ...] = ()
     image_filesystems: tuple[FilesystemUsage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStats:
+    """One read of the containers' resource usage (CRI ListContainerStats). It costs the
+    runtime ~100x the state calls (containerd asks every shim), so it has its own period."""
+
+    taken_at: float
+    containers: tuple[ContainerStats, ...]

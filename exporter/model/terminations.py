@@ -116,19 +116,37 @@ class TerminationTracker:
         self._totals: dict[str, int] = dict.fromkeys(REASONS, 0)
         self._histories: dict[tuple[str, str], _History] = {}
         self._present_pods: set[str] = set()
+        # The last listing observed (a tuple) and what it was grouped into.
+        self._listing: tuple[Container, ...] | None = None
+        self._listed: list[tuple[_History, _Progress]] = []
 
     def observe(self, containers: Sequence[Container], now: float) -> None:
-        """Count the terminations visible in one full listing of the runtime's containers."""
+        """Count the terminations visible in one full listing of the runtime's containers.
+
+        The previous listing again (the same tuple: nothing changed, as the agent's reader
+        hands it back) holds no new attempt: only the time moves on, what ages out of the
+        window is pruned, and nothing is grouped or counted again."""
+        if isinstance(containers, tuple) and containers is self._listing:
+            for history, progress in self._listed:
+                progress.last_seen = now
+                if history.recent or len(history.progress) > 1:
+                    self._prune(history, now)
+            self._forget(present_pods=self._present_pods, now=now)
+            return
         groups: dict[tuple[str, str, str], list[Container]] = {}
         for c in containers:
             groups.setdefault((_pod_uid(c), _name(c), c.pod_sandbox_id), []).append(c)
+        listed: list[tuple[_History, _Progress]] = []
         for (uid, name, sandbox_id), attempts in groups.items():
             history = self._history(uid, name, attempts)
             progress = history.progress.setdefault(sandbox_id, _Progress())
             progress.last_seen = now
             self._count(history, progress, attempts, now)
+            listed.append((history, progress))
         self._present_pods = {uid for uid, _, _ in groups}
         self._forget(present_pods=self._present_pods, now=now)
+        self._listing = containers if isinstance(containers, tuple) else None
+        self._listed = listed
 
     def totals(self) -> Mapping[str, int]:
         """Terminations counted since the tracker was created, per reason (all reasons present)."""
@@ -142,7 +160,7 @@ class TerminationTracker:
         result: list[LoopState] = []
         since = now - self.loop_window_seconds
         for (uid, _), history in self._histories.items():
-            if uid not in self._present_pods:
+            if uid not in self._present_pods or not history.recent:
                 continue
             window = [t for t in history.recent if since < t.at <= now]
             checks: tuple[tuple[LoopKind, list[float], int], ...] = (

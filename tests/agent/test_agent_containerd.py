@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import ClientTimeout
@@ -243,3 +244,84 @@ async def test_oom_loop_shows_across_recreated_attempts(
     )
     # Only the looping container has loop series: sparse, bounded labels.
     assert set(series(text, "nodesync_container_oom_loop")) == {labels(**key)}
+
+
+STATS_FAMILIES = {
+    "nodesync_runtime_memory_working_set_bytes",
+    "nodesync_runtime_writable_layer_bytes",
+    "nodesync_runtime_stats_timestamp_seconds",
+}
+
+
+async def _agent_with(
+    containerd: LocalContainerd,
+    tmp_path: Path,
+    closed_port: int,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    **overrides: Any,
+) -> Scrape:
+    settings = agent_settings(containerd, tmp_path, closed_port, **overrides)
+    client = await aiohttp_client(make_app(settings, CollectorRegistry()))
+
+    async def _scrape() -> str:
+        response = await client.get("/metrics", timeout=ClientTimeout(total=1.0))
+        assert response.status == 200
+        return await response.text()
+
+    return _scrape
+
+
+def _calls(text: str, operation_type: str) -> float:
+    return (
+        _value(text, "nodesync_cri_request_duration_seconds_count", operation_type=operation_type)
+        or 0
+    )
+
+
+async def test_stats_have_their_own_period_and_the_state_the_sync_period(
+    containerd: LocalContainerd,
+    tmp_path: Path,
+    unused_tcp_port: int,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+) -> None:
+    await run_mixed_pod(containerd.endpoint, name="usage")
+    scrape = await _agent_with(
+        containerd, tmp_path, unused_tcp_port, aiohttp_client, stats_period=3600.0
+    )
+    first = await _until(
+        scrape,
+        lambda t: (
+            _value(t, "nodesync_runtime_stats_timestamp_seconds") is not None
+            and _value(t, "nodesync_containers", state="running") == 1
+        ),
+        "the first stats refresh",
+    )
+    stamp = _value(first, "nodesync_runtime_stats_timestamp_seconds")
+    assert (_value(first, "nodesync_runtime_memory_working_set_bytes") or 0) > 0
+    cycles = _calls(first, "list_containers")
+    # Five more sync cycles: the state is read each time, the stats not again.
+    text = await _until(
+        scrape, lambda t: _calls(t, "list_containers") >= cycles + 5, "five more sync cycles"
+    )
+    assert _calls(text, "list_container_stats") == 1
+    assert _value(text, "nodesync_runtime_stats_timestamp_seconds") == stamp
+    last_sync = _value(text, "nodesync_last_sync_timestamp_seconds", source="runtime")
+    assert last_sync is not None
+    assert stamp is not None
+    assert last_sync > stamp  # the state is newer than the stats it is served with
+
+
+async def test_stats_period_zero_reads_no_stats_and_their_families_are_absent(
+    containerd: LocalContainerd,
+    tmp_path: Path,
+    unused_tcp_port: int,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+) -> None:
+    await run_mixed_pod(containerd.endpoint, name="nostats")
+    scrape = await _agent_with(
+        containerd, tmp_path, unused_tcp_port, aiohttp_client, stats_period=0.0
+    )
+    text = await _until(scrape, lambda t: _calls(t, "list_containers") >= 5, "five sync cycles")
+    assert _value(text, "nodesync_cri_up") == 1
+    assert not exposed_metric_names(text) & STATS_FAMILIES
+    assert _calls(text, "list_container_stats") == 0

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.agent.sync import AgentSync
-from exporter.cri.errors import RuntimeTimeout
+from exporter.cri.errors import RuntimeTimeout, Unimplemented
 from exporter.model.host import HostSnapshot, KubeletSnapshot
 from exporter.model.phase import PodPhase
 from exporter.model.runtime import (
     Container,
     ContainerState,
+    ContainerStats,
     PodSandbox,
     RuntimeSnapshot,
+    RuntimeStats,
     SandboxState,
 )
 
@@ -50,11 +54,22 @@ def _snapshot() -> RuntimeSnapshot:
 @dataclass
 class FakeRuntime:
     fail: bool = False
+    stats_fail: bool = False
+    reads: int = 0
+    stats_reads: int = 0
 
     async def read(self) -> RuntimeSnapshot:
+        self.reads += 1
         if self.fail:
             raise RuntimeTimeout("list_podsandbox", "DEADLINE_EXCEEDED", "deadline exceeded")
         return _snapshot()
+
+    async def read_stats(self) -> RuntimeStats:
+        self.stats_reads += 1
+        if self.stats_fail:
+            raise Unimplemented("list_container_stats", "UNIMPLEMENTED", "not implemented")
+        usage = ContainerStats("c1", NOW, memory_working_set_bytes=self.stats_reads << 20)
+        return RuntimeStats(taken_at=NOW + self.stats_reads, containers=(usage,))
 
 
 @dataclass
@@ -159,3 +174,138 @@ async def test_wake_runs_the_next_cycle_now_not_a_period_later() -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert len(durations.seen) == 2  # one wake, one extra cycle
+
+
+async def _until(check: Callable[[], bool], what: str, within: float = 20) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+async def _cancel(*tasks: asyncio.Task[None]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_sync_cycle_reads_no_stats() -> None:
+    runtime = FakeRuntime()
+    sync = AgentSync(runtime, FakeKubelet(), _host, Durations(), stats=runtime, clock=lambda: NOW)
+    state = await sync.sync_once()
+    assert runtime.stats_reads == 0
+    assert state.stats is None
+    assert state.runtime is not None
+
+
+async def test_state_follows_the_sync_period_and_stats_their_own() -> None:
+    """Many sync cycles, one stats refresh: the stats period (an hour here) is its own."""
+    runtime = FakeRuntime()
+    durations = Durations()
+    sync = AgentSync(runtime, FakeKubelet(), _host, durations, stats=runtime, clock=lambda: NOW)
+    tasks = [
+        asyncio.create_task(sync.run(period=0.01)),
+        asyncio.create_task(sync.run_stats(period=3600)),
+    ]
+    try:
+        await _until(lambda: len(durations.seen) >= 5, "five sync cycles")
+        await _until(lambda: sync.state.stats is not None, "the first stats refresh")
+        cycles = len(durations.seen)
+        await _until(lambda: len(durations.seen) >= cycles + 3, "three more sync cycles")
+    finally:
+        await _cancel(*tasks)
+    assert runtime.stats_reads == 1
+    stats = sync.state.stats
+    assert stats is not None  # carried into every state published after the refresh
+    assert stats.taken_at == NOW + 1
+
+
+async def test_stats_refresh_on_their_period_between_sync_cycles() -> None:
+    """Stats refreshed many times while the state stays the one of the only sync cycle."""
+    runtime = FakeRuntime()
+    durations = Durations()
+    sync = AgentSync(runtime, FakeKubelet(), _host, durations, stats=runtime, clock=lambda: NOW)
+    tasks = [
+        asyncio.create_task(sync.run(period=3600)),
+        asyncio.create_task(sync.run_stats(period=0.01)),
+    ]
+    try:
+        await sync.wait_synced()
+        first_state = sync.state.runtime
+        await _until(lambda: runtime.stats_reads >= 3, "three stats refreshes")
+    finally:
+        await _cancel(*tasks)
+    assert len(durations.seen) == runtime.reads == 1
+    assert sync.state.runtime is first_state
+    stats = sync.state.stats
+    assert stats is not None
+    assert stats.taken_at == NOW + runtime.stats_reads
+    assert stats.containers[0].memory_working_set_bytes == runtime.stats_reads << 20
+
+
+async def test_the_first_stats_refresh_waits_for_the_first_sync_cycle() -> None:
+    runtime = FakeRuntime()
+    sync = AgentSync(runtime, FakeKubelet(), _host, Durations(), stats=runtime, clock=lambda: NOW)
+    stats = asyncio.create_task(sync.run_stats(period=3600))
+    try:
+        for _ in range(20):  # let the stats task run as far as it can on its own
+            await asyncio.sleep(0)
+        assert runtime.stats_reads == 0
+        await sync.sync_once()
+        await _until(lambda: runtime.stats_reads == 1, "the first stats refresh")
+    finally:
+        await _cancel(stats)
+    assert runtime.reads == 1
+
+
+async def test_a_failed_stats_read_leaves_no_stats_and_the_state_alone() -> None:
+    runtime = FakeRuntime()
+    sync = AgentSync(runtime, FakeKubelet(), _host, Durations(), stats=runtime, clock=lambda: NOW)
+    await sync.sync_once()
+    assert await sync.refresh_stats() is not None
+    runtime.stats_fail = True
+    assert await sync.refresh_stats() is None
+    state = sync.state
+    assert state.stats is None  # absent, not the old values or zero
+    assert state.sources["runtime"].up
+    assert (await sync.sync_once()).stats is None
+    runtime.stats_fail = False
+    assert await sync.refresh_stats() is not None
+    assert (await sync.sync_once()).stats is not None
+
+
+async def test_without_a_stats_source_nothing_is_refreshed() -> None:
+    sync = _sync(FakeRuntime(), FakeKubelet(), Durations())
+    await sync.sync_once()
+    assert await sync.refresh_stats() is None
+    assert sync.state.stats is None
+
+
+@dataclass
+class ListingRuntime:
+    """Hands back the snapshot it holds, the same tuples until told otherwise (as the reader
+    does when nothing changed)."""
+
+    snapshot: RuntimeSnapshot = field(default_factory=_snapshot)
+
+    async def read(self) -> RuntimeSnapshot:
+        return self.snapshot
+
+
+async def test_an_unchanged_listing_keeps_its_phases_and_a_change_is_seen() -> None:
+    runtime = ListingRuntime()
+    sync = AgentSync(runtime, FakeKubelet(), _host, Durations(), clock=lambda: NOW)
+    assert (await sync.sync_once()).phases[PodPhase.RUNNING] == 1
+    assert (await sync.sync_once()).phases[PodPhase.RUNNING] == 1  # the same tuples again
+    (container,) = runtime.snapshot.containers
+    done = dataclasses.replace(
+        container, state=ContainerState.EXITED, exit_code=1, reason="Error", finished_at=NOW
+    )
+    runtime.snapshot = dataclasses.replace(runtime.snapshot, containers=(done,))
+    state = await sync.sync_once()
+    assert state.phases[PodPhase.FAILED] == 1
+    assert state.phases[PodPhase.RUNNING] == 0
+    assert state.terminations["Error"] == 1
+    assert (await sync.sync_once()).terminations["Error"] == 1  # counted once

@@ -221,12 +221,20 @@ async def test_reader_asks_container_status_once_per_exited_container(
     assert [s.uid for s in first.sandboxes] == [pod.uid]
     assert first.version is not None
     assert first.version.runtime_name == "containerd"
-    assert pod.container_ids[MixedPod.RUNNING] in {s.container_id for s in first.stats}
+    assert observer.count("list_container_stats") == 0  # the state only: stats are apart
+    stats = await reader.read_stats()
+    assert pod.container_ids[MixedPod.RUNNING] in {s.container_id for s in stats.containers}
+    assert observer.count("list_container_stats") == 1
 
     second = await reader.read()
     assert observer.count("container_status") == 3  # nothing new exited: no status calls
     assert {c.id: c for c in second.containers} == {c.id: c for c in first.containers}
     assert observer.count("version") == 1
+    # Nothing changed: the very tuples of the first read (what the agent's sync relies on to
+    # skip its per-pod work), whatever order containerd listed them in this time.
+    assert second.sandboxes is first.sandboxes
+    assert second.containers is first.containers
+    assert [c.id for c in first.containers] == sorted(c.id for c in first.containers)
 
     # A new attempt of the failing container exits: exactly one more status call.
     new_id = await restart_container(containerd.endpoint, pod, MixedPod.ERROR)
@@ -235,6 +243,12 @@ async def test_reader_asks_container_status_once_per_exited_container(
     assert observer.count("container_status") == 4
     attempts = sorted(c.attempt for c in third.containers if c.name == MixedPod.ERROR)
     assert attempts == [0, 1]
+    assert third.containers is not second.containers
+    assert third.sandboxes is second.sandboxes  # the sandbox did not change
+    unchanged = {c.id: c for c in second.containers}
+    for c in third.containers:  # the containers that did not change are the same objects
+        if c.id in unchanged:
+            assert c is unchanged[c.id], c.name
 
     # Removed containers leave the cache.
     await cri.stop_pod_sandbox(pod.sandbox_id)

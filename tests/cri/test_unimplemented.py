@@ -136,9 +136,9 @@ async def test_reader_returns_snapshot_without_unimplemented_parts(
     client: tuple[CRIClient, RecordingObserver],
 ) -> None:
     cri, observer = client
-    snapshot = await RuntimeReader(cri).read()
+    reader = RuntimeReader(cri)
+    snapshot = await reader.read()
 
-    assert snapshot.stats == ()
     assert snapshot.image_filesystems == ()
     assert snapshot.version is not None
     assert snapshot.version.runtime_name == "mini"
@@ -151,9 +151,12 @@ async def test_reader_returns_snapshot_without_unimplemented_parts(
         "shop",
         "web-0",
     )
-    assert observer.codes("list_container_stats") == ["UNIMPLEMENTED"]
+    assert observer.codes("list_container_stats") == []  # not a part of the state
     assert observer.codes("image_fs_info") == ["UNIMPLEMENTED"]
     assert observer.codes("list_containers") == ["OK"]
+    with pytest.raises(Unimplemented):
+        await reader.read_stats()
+    assert observer.codes("list_container_stats") == ["UNIMPLEMENTED"]
 
 
 async def test_reader_raises_when_a_required_list_fails(

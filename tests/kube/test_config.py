@@ -11,6 +11,7 @@ from exporter.kube import resources
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import (
     ConfigError,
+    authorization,
     in_cluster_configuration,
     kubeconfig_configuration,
     load_configuration,
@@ -64,8 +65,7 @@ async def test_in_cluster_reads_the_service_account(tmp_path: Path) -> None:
     cfg = in_cluster_configuration(token_path=str(token), ca_path=str(ca), environ=env)
     assert cfg.host == "https://[fd00::1]:443"
     assert cfg.ssl_ca_cert == str(ca)
-    auth = await cfg.auth_settings()
-    assert str(auth["BearerToken"]["value"]).lower() == "bearer sa-token"
+    assert await authorization(cfg) == "Bearer sa-token"
 
 
 @pytest.mark.parametrize(

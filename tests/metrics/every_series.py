@@ -33,6 +33,7 @@ from exporter.model.runtime import (
     FilesystemUsage,
     RuntimeCondition,
     RuntimeSnapshot,
+    RuntimeStats,
     RuntimeVersion,
     SandboxState,
 )
@@ -76,12 +77,6 @@ def rich_runtime() -> RuntimeSnapshot:
             unknown(uid="u-lost", pod="lost"),
             exited(uid="u-done", pod="job", finished_at=NOW - 800),
         ),
-        stats=(
-            ContainerStats(
-                "c1", NOW, memory_working_set_bytes=200_000_000, writable_layer_bytes=4096
-            ),
-            ContainerStats("c2", NOW, memory_working_set_bytes=50_000_000),
-        ),
         image_filesystems=(
             FilesystemUsage(
                 "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs",
@@ -89,6 +84,19 @@ def rich_runtime() -> RuntimeSnapshot:
                 used_bytes=3 * GI,
                 inodes_used=40_000,
             ),
+        ),
+    )
+
+
+def rich_stats() -> RuntimeStats:
+    """The containers' resource usage, read 20 s before :func:`rich_runtime`'s state."""
+    return RuntimeStats(
+        taken_at=NOW - 20,
+        containers=(
+            ContainerStats(
+                "c1", NOW - 20, memory_working_set_bytes=200_000_000, writable_layer_bytes=4096
+            ),
+            ContainerStats("c2", NOW - 20, memory_working_set_bytes=50_000_000),
         ),
     )
 
@@ -158,7 +166,7 @@ def rich_agent_exposition() -> str:
     tracker.observe(snap.containers, NOW)
     host = rich_host()
     families = [
-        *runtime_families(snap, tracker.totals(), tracker.loops(NOW)),
+        *runtime_families(snap, tracker.totals(), tracker.loops(NOW), rich_stats()),
         pods_family(phase_counts(snap, ()), api_phase_counts(rich_api_pods())),
         *host_families(host, pressure(host)),
         *kubelet_families(rich_kubelet()),

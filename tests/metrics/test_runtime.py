@@ -5,9 +5,9 @@ from collections.abc import Callable
 import pytest
 
 from exporter.metrics.runtime import runtime_families
-from exporter.model.runtime import RuntimeSnapshot
+from exporter.model.runtime import RuntimeSnapshot, RuntimeStats
 from exporter.model.terminations import REASONS, LoopState
-from tests.metrics.every_series import rich_runtime
+from tests.metrics.every_series import NOW, rich_runtime, rich_stats
 from tests.metrics.exposition import labels, render, samples, series
 from tests.metrics.promtool import check_metrics
 
@@ -24,6 +24,7 @@ def up_exposition() -> str:
                 LoopState("batch", "hog", "hog", "oom_loop", 2, 1.0),
                 LoopState("batch", "hog", "hog", "crash_loop", 3, 1.0),
             ],
+            rich_stats(),
         )
     )
 
@@ -34,6 +35,7 @@ def down_exposition() -> str:
             None,
             {"Error": 4},
             [LoopState("ns", "p", "c", "crash_loop", 5, 1.0)],
+            rich_stats(),
         )
     )
 
@@ -60,6 +62,7 @@ def test_up_exports_everything_read_from_the_runtime() -> None:
     }
     assert series(text, "nodesync_runtime_memory_working_set_bytes") == {labels(): 250_000_000.0}
     assert series(text, "nodesync_runtime_writable_layer_bytes") == {labels(): 4096.0}
+    assert series(text, "nodesync_runtime_stats_timestamp_seconds") == {labels(): NOW - 20}
     mount = "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs"
     assert series(text, "nodesync_cri_image_filesystem_used_bytes") == {
         labels(mountpoint=mount): 3.0 * 1024**3
@@ -103,11 +106,26 @@ def test_down_keeps_only_up_pods_terminations_and_loops() -> None:
 
 def test_empty_runtime_exports_zero_counts() -> None:
     empty = RuntimeSnapshot(taken_at=1.0, version=None, conditions=(), sandboxes=(), containers=())
-    text = render(runtime_families(empty, {}, []))
+    text = render(runtime_families(empty, {}, [], RuntimeStats(taken_at=1.0, containers=())))
     assert set(series(text, "nodesync_containers").values()) == {0.0}
     assert series(text, "nodesync_runtime_memory_working_set_bytes") == {labels(): 0.0}
     assert series(text, "nodesync_cri_runtime_info") == {}
     assert series(text, "nodesync_cri_image_filesystem_used_bytes") == {}
+
+
+STATS_FAMILIES = {
+    "nodesync_runtime_memory_working_set_bytes",
+    "nodesync_runtime_writable_layer_bytes",
+    "nodesync_runtime_stats_timestamp_seconds",
+}
+
+
+def test_without_stats_their_families_are_absent_not_zero() -> None:
+    """Stats off, not read yet, or the last read failed: no resource usage rather than 0."""
+    text = render(runtime_families(rich_runtime(), ALL_ZERO_TERMINATIONS, [], None))
+    names = {name for name, _ in samples(text)}
+    assert not names & STATS_FAMILIES
+    assert "nodesync_containers" in names  # the state is there all the same
 
 
 @pytest.mark.prometheus

@@ -65,3 +65,26 @@ def test_each_attempt_counted_once(
         assert totals[reason] == sum(1 for a in recorded if reasons[a] == reason)
     assert totals["unknown"] == terminated - len(recorded)
     assert totals["other"] == 0
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(timelines(), st.lists(st.floats(0.5, 400.0), min_size=1, max_size=6))
+def test_the_same_listing_again_is_observed_as_a_copy_of_it_would_be(
+    timeline: tuple[list[str], list[tuple[int, bool, frozenset[int]]]], gaps: list[float]
+) -> None:
+    """The agent's reader hands back the previous tuple when nothing changed; the tracker's
+    shortcut for it must see exactly what a fresh copy of the listing shows, as time passes
+    the loop window (a short one, so terminations and sandboxes age out)."""
+    reasons, polls = timeline
+    shortcut = TerminationTracker(loop_window_seconds=300.0)
+    copies = TerminationTracker(loop_window_seconds=300.0)
+    now = 1012.0  # the attempts finished at 1000 + attempt: in the window at first
+    for current, current_exited, kept in polls:
+        same = tuple(listing(reasons, current, current_exited, kept))
+        for gap in gaps:
+            now += gap
+            shortcut.observe(same, now)
+            copies.observe(list(same), now)
+            assert shortcut.totals() == copies.totals()
+            assert shortcut.loops(now) == copies.loops(now)
+            assert shortcut.tracked_containers() == copies.tracked_containers()
