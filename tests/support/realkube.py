@@ -30,7 +30,7 @@ LEADER_ELECTION_RBAC = REPO_ROOT / "deploy" / "overlays" / "ha" / "leader-electi
 DELETE_NODES_RBAC = REPO_ROOT / "deploy" / "components" / "delete-nodes" / "rbac.yaml"
 MERGE_PATCH = "application/merge-patch+json"
 #: The User-Agent of kubernetes.aio, the product's client (the tests' own requests are urllib's).
-PRODUCT_USER_AGENT = "OpenAPI-Generator/"
+PRODUCT_USER_AGENT = "nodesync/"  # exporter.kube.api sends nodesync/<version>
 
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
 _RBAC_KINDS = {
@@ -165,7 +165,7 @@ def requests(
 
 
 def is_product(event: dict[str, Any]) -> bool:
-    """Whether the product's client (kubernetes.aio) sent the request."""
+    """Whether the product's client (exporter.kube.api) sent the request."""
     return str(event.get("userAgent", "")).startswith(PRODUCT_USER_AGENT)
 
 
