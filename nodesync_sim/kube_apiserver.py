@@ -111,6 +111,10 @@ class LocalKubeAPIServer:
     and removes the directory. Requests go through :meth:`request` (or any client given one of
     :meth:`kubeconfig`'s files) as one of the identities ``admin`` (group system:masters),
     ``nodesync-agent`` and ``nodesync-controller`` (service accounts in namespace nodesync).
+
+    Over 400 lines on purpose: the certificates, tokens, flags, kubeconfigs, audit log and the
+    restart of one server process belong together (a restart must keep every file the others
+    wrote), and splitting them would only pass a bag of paths between classes.
     """
 
     def __init__(self, apiserver_binary: str, etcd_binary: str) -> None:
