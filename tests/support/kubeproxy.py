@@ -12,6 +12,11 @@ what it would have done next (its status write, its Event, its Lease renewal); t
 SIGKILLs it. :attr:`KubeProxy.sprung` is set once the matched request was answered by the API
 server (the effect happened). :meth:`KubeProxy.release` answers the held requests 503 without
 forwarding them (after the kill: nobody reads the answers).
+
+:meth:`KubeProxy.gate` instead pauses the client before an exact request: a request that matches
+waits (:attr:`KubeProxy.gated` is set) until :meth:`KubeProxy.open_gate`, and is then forwarded
+as usual; every other request goes through meanwhile. So a test can look at the cluster just
+before an effect (e.g. ``kubectl describe`` of a Node about to be deleted).
 """
 
 from __future__ import annotations
@@ -81,6 +86,9 @@ class KubeProxy:
         self._stopped: asyncio.Event | None = None
         self._released: asyncio.Event | None = None
         self._error: BaseException | None = None
+        self.gated = threading.Event()
+        self._gate: Predicate | None = None
+        self._gate_open: asyncio.Event | None = None
 
     # -- the test's side ---------------------------------------------------------------
 
@@ -122,6 +130,20 @@ class KubeProxy:
             with contextlib.suppress(RuntimeError):  # the loop ended already
                 loop.call_soon_threadsafe(released.set)
 
+    def gate(self, predicate: Predicate) -> None:
+        """Hold the requests matching ``predicate`` until :meth:`open_gate` (see above)."""
+        with self._lock:
+            if self._gate is not None:
+                raise RuntimeError("the proxy has a gate already")
+            self._gate = predicate
+
+    def open_gate(self) -> None:
+        """Forward the requests waiting at the gate, and every later one."""
+        loop, gate_open = self._loop, self._gate_open
+        if loop is not None and gate_open is not None:
+            with contextlib.suppress(RuntimeError):  # the loop ended already
+                loop.call_soon_threadsafe(gate_open.set)
+
     def kubeconfig(self, identity: str, path: Path) -> Path:
         """A kubeconfig for ``identity`` that reaches the API server through this proxy."""
         token = self.server.identities[identity].token
@@ -149,6 +171,7 @@ class KubeProxy:
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         self._released = asyncio.Event()
+        self._gate_open = asyncio.Event()
         context = ssl.create_default_context(cafile=str(self.server.ca_file))
         async with ClientSession(
             connector=TCPConnector(ssl=context, limit=0),
@@ -171,7 +194,16 @@ class KubeProxy:
                 await self._stopped.wait()
             finally:
                 self._released.set()
+                self._gate_open.set()
                 await runner.cleanup()
+
+    def _at_gate(self, request: ProxiedRequest) -> bool:
+        """True when the request must wait for the gate to open."""
+        with self._lock:
+            gate, gate_open = self._gate, self._gate_open
+        return (
+            gate is not None and gate_open is not None and not gate_open.is_set() and gate(request)
+        )
 
     def _decide(self, request: ProxiedRequest) -> bool:
         """True when the request may go through."""
@@ -193,6 +225,10 @@ class KubeProxy:
         except ValueError:
             body = None
         seen = ProxiedRequest(request.method, request.path, parse_qs(request.query_string), body)
+        if self._at_gate(seen):
+            assert self._gate_open is not None
+            self.gated.set()
+            await self._gate_open.wait()
         if not self._decide(seen):
             assert self._released is not None
             await self._released.wait()
