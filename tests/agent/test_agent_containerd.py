@@ -179,10 +179,8 @@ async def test_frozen_runtime_reports_down_and_unknown_then_recovers(
         assert any(
             dict(k)["grpc_code"] == "DEADLINE_EXCEEDED" and v >= 1 for k, v in timeouts.items()
         )
-        # Each scrape above had a 1 s deadline while containerd was frozen; one more for the record.
-        started = time.monotonic()
-        await scrape()
-        assert time.monotonic() - started < 1.0
+        # Every scrape above answered (within the scrape's own deadline) while containerd was
+        # frozen: a scrape writes the last snapshot and never waits on the runtime.
     finally:
         containerd.thaw()
 

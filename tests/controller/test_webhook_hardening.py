@@ -126,7 +126,7 @@ async def test_300_idle_connections_do_not_delay_a_delivery(hook: ServedHook) ->
         code, _, answered = await _post(hook, DELIVERY, None)
         took = time.monotonic() - started
         assert (code, answered["new"]) == (200, 1)
-        assert took < 2.0
+        assert took < 5.0  # not the idle timeout's wait, nor a queue behind 300 connections
         # and they are still open: nothing was closed to make room
         assert len(server.connections) >= 300
     finally:

@@ -39,8 +39,11 @@ LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{LEASE
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4.0, 3.0, 0.5
 #: The longest a candidate waits between two attempts (client-go's jitter).
 MAX_RETRY = RETRY_PERIOD * (1.0 + JITTER_FACTOR)
-#: Slack for the requests themselves on a loaded 2-core machine.
+#: Slack for the requests themselves on a loaded 2-core machine: a little for the lower bounds
+#: (an early takeover is the bug they catch), more for the upper ones (a busy machine only
+#: ever makes a takeover later; the graceful one must still come well before a lease expiry).
 SLACK = 0.5
+LATE_SLACK = 2.0
 
 
 @pytest.fixture
@@ -167,7 +170,8 @@ async def test_the_leader_dies_without_releasing_and_the_other_takes_over_after_
 
     # Not before the lease expired on the other's clock, and soon after: it saw the last
     # renewal at one of its attempts and took over at the first attempt past the duration.
-    assert LEASE_DURATION - RETRY_PERIOD - SLACK <= took <= LEASE_DURATION + 2 * MAX_RETRY + SLACK
+    latest = LEASE_DURATION + 2 * MAX_RETRY + LATE_SLACK
+    assert LEASE_DURATION - RETRY_PERIOD - SLACK <= took <= latest
     holders = _holders(kubeapi, since)
     last_renewal = [spec for holder, spec in holders if holder == leader.identity][-1]
     taken = next(spec for holder, spec in holders if holder == other.identity)
@@ -200,7 +204,7 @@ async def test_a_graceful_stop_releases_and_the_other_takes_over_at_its_next_ret
         await eventually(lambda: other.is_leader, "the other to take over", within=10)
         took = time.monotonic() - released
 
-    assert took <= MAX_RETRY + SLACK
+    assert took <= MAX_RETRY + LATE_SLACK < LEASE_DURATION
     sequence = [(holder, spec["leaseDurationSeconds"]) for holder, spec in _holders(kubeapi, since)]
     released_at = sequence.index(("", 1))  # the release: no holder, a duration of 1 s
     assert set(sequence[:released_at]) == {(leader.identity, 4)}
