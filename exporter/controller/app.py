@@ -47,7 +47,9 @@ READINESS: web.AppKey[list[Callable[[], str | None]]] = web.AppKey("readiness")
 
 async def connect(settings: ControllerSettings, observer: RequestObserver | None = None) -> KubeAPI:
     """An API client from ``--kubeconfig``, or from the pod's service account when it is empty."""
-    return KubeAPI(await load_configuration(settings.kubeconfig), observer=observer)
+    return KubeAPI(
+        await load_configuration(settings.kubeconfig, context=settings.context), observer=observer
+    )
 
 
 async def _kube_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -295,7 +295,7 @@ async def run(settings: PlanSettings) -> int:
         )
         return 2
     try:
-        configuration = await load_configuration(settings.kubeconfig)
+        configuration = await load_configuration(settings.kubeconfig, context=settings.context)
     except ConfigError as exc:
         print(f"nodesync plan: cannot configure the API client: {exc}", file=sys.stderr)
         return 2
