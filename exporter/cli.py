@@ -17,6 +17,7 @@ from exporter.agent.settings import AgentSettings
 from exporter.commandline import (
     ArgumentParser,
     CommandSet,
+    HelpFormatter,
     add_command,
     add_version,
     deprecations,
@@ -40,6 +41,7 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
         prog="nodesync",
         description="Node state sync during Kubernetes scale-out: metrics and safe rollbacks.",
         allow_abbrev=False,
+        formatter_class=HelpFormatter,
     )
     add_version(parser)
     # Subcommands are parsers of the same class (one-line errors); typed as any parser's.

@@ -127,13 +127,31 @@ def _note_alias(setting: Setting, namespace: argparse.Namespace, option: str | N
         notes.append(f"{option} is deprecated: use {setting.flag}")
 
 
+class _BooleanUsage(argparse.Action):
+    """How a boolean reads in a usage line: ``--[no-]flag``, as node-exporter's flags."""
+
+    def __init__(self, action: BooleanAction) -> None:
+        super().__init__(action.option_strings, action.dest, nargs=0, help=action.help)
+
+    def format_usage(self) -> str:
+        return "--[no-]" + self.option_strings[0].removeprefix("--")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:  # never parses
+        raise NotImplementedError
+
+
 class HelpFormatter(argparse.HelpFormatter):
-    """Shows a boolean as ``--flag, --no-flag`` (no placeholder)."""
+    """Shows a boolean as ``--flag, --no-flag`` in the help and ``[--[no-]flag]`` in the usage
+    line: no placeholder (``--delete-nodes [BOOL]`` read as if it took a value)."""
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         if isinstance(action, BooleanAction):
             return ", ".join(action.option_strings)
         return super()._format_action_invocation(action)
+
+    def _format_actions_usage(self, actions: Any, groups: Any) -> str:
+        shown = [_BooleanUsage(a) if isinstance(a, BooleanAction) else a for a in actions]
+        return super()._format_actions_usage(shown, groups)
 
 
 def _flags(setting: Setting) -> list[str]:
