@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import html
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -187,6 +188,29 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Any]) ->
 
 
 _BODY_HEADERS = frozenset({"content-type", "content-length"})
+
+
+def landing_page(
+    title: str, description: str, links: Sequence[tuple[str, str]], version: str
+) -> Callable[[web.Request], Any]:
+    """A handler for ``/``: a small HTML page naming the program and its version, with links to
+    ``links`` (path, what it is), as Prometheus' exporters answer ``/`` (exporter-toolkit's
+    landing page) instead of 404."""
+    rows = "\n".join(
+        f'<li><a href="{html.escape(path)}">{html.escape(path)}</a>: {html.escape(what)}</li>'
+        for path, what in links
+    )
+    page = (
+        '<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title></head>\n<body>\n"
+        f"<h1>{html.escape(title)}</h1>\n<p>{html.escape(description)}</p>\n"
+        f"<ul>\n{rows}\n</ul>\n<p>Version {html.escape(version)}</p>\n</body>\n</html>\n"
+    ).encode()
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=page, content_type="text/html", charset="utf-8")
+
+    return handler
 
 
 def harden(
