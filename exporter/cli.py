@@ -14,7 +14,15 @@ from prometheus_client import disable_created_metrics
 
 from exporter import __version__
 from exporter.agent.settings import AgentSettings
-from exporter.commandline import add_command, add_version, deprecations, registered_commands
+from exporter.commandline import (
+    ArgumentParser,
+    CommandSet,
+    HelpFormatter,
+    add_command,
+    add_version,
+    deprecations,
+    registered_commands,
+)
 from exporter.controller.settings import (
     ControllerSettings,
     ExecutorSettings,
@@ -29,13 +37,17 @@ log = logging.getLogger("nodesync")
 
 def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     environ = os.environ if environ is None else environ
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="nodesync",
         description="Node state sync during Kubernetes scale-out: metrics and safe rollbacks.",
         allow_abbrev=False,
+        formatter_class=HelpFormatter,
     )
     add_version(parser)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Subcommands are parsers of the same class (one-line errors); typed as any parser's.
+    commands: CommandSet = parser.add_subparsers(  # type: ignore[assignment]
+        dest="command", required=True, metavar="COMMAND"
+    )
     add_command(
         commands,
         "agent",
@@ -91,19 +103,28 @@ def _run_plan(args: argparse.Namespace) -> int:
     return asyncio.run(plan_command.run(build(PlanSettings, args)))
 
 
+def _cannot_start(role: str, error: str) -> int:
+    """A misconfiguration found at start: one line (no traceback) naming the flag; exit 2."""
+    log.error(f"cannot start the {role}", extra={"error": error})
+    return 2
+
+
 def _run_agent(args: argparse.Namespace) -> int:
     from exporter.agent.app import make_app
-    from exporter.serve import serve
+    from exporter.serve import ListenError, serve
 
     settings = build(AgentSettings, args)
     log.info("starting agent", extra={"version": __version__, **log_fields(settings)})
-    asyncio.run(
-        serve(
-            make_app(settings),
-            settings.listen_host,
-            settings.listen_port,
+    try:
+        asyncio.run(
+            serve(
+                make_app(settings),
+                settings.listen_host,
+                settings.listen_port,
+            )
         )
-    )
+    except ListenError as exc:
+        return _cannot_start("agent", f"--web.listen-address {exc}")
     return 0
 
 
@@ -113,7 +134,7 @@ def _run_controller(args: argparse.Namespace, *, environ: Mapping[str, str]) -> 
     from exporter.controller.journal import JournalError
     from exporter.controller.webhook import WebhookConfigError, tls_context, webhook_extension
     from exporter.kube.config import ConfigError
-    from exporter.serve import serve
+    from exporter.serve import ListenError, serve
 
     settings = build(ControllerSettings, args)
     try:
@@ -152,7 +173,13 @@ def _run_controller(args: argparse.Namespace, *, environ: Mapping[str, str]) -> 
                 ssl_context=ssl_context,
             )
         )
-    except (ConfigError, JournalError) as exc:
-        log.error("cannot start the controller", extra={"error": str(exc)})
-        return 2
+    except ConfigError as exc:
+        return _cannot_start("controller", str(exc))
+    except JournalError as exc:
+        return _cannot_start(
+            "controller",
+            f"--journal-path {webhook.journal_path}: {str(exc).removeprefix('journal: ')}",
+        )
+    except ListenError as exc:
+        return _cannot_start("controller", f"--web.listen-address {exc}")
     return 0

@@ -17,9 +17,10 @@ a command imports what it needs when it runs.
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import entry_points
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 from exporter import __version__
 from exporter.logs import LogSettings
@@ -36,6 +37,48 @@ Register = Callable[[CommandSet, Mapping[str, str]], None]
 
 #: Where parsed arguments keep the deprecation notices to log once logging is set up.
 DEPRECATED = "_nodesync_deprecated"
+#: Where parsed arguments keep the parser of the command they run (for its one-line errors).
+COMMAND_PARSER = "_nodesync_parser"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (``nodesync agent: error: ...; try
+    --help``) instead of a usage block, as Prometheus' tools print them. An unrecognized flag is
+    reported by the command it was given to, with the flag it abbreviates or resembles."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; try {self.prog} --help\n")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, COMMAND_PARSER, None)
+            parser = command if isinstance(command, argparse.ArgumentParser) else self
+            parser.error(unrecognized(parser, extras))
+        return parsed
+
+
+def unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """``unrecognized arguments: ...``, with the flag each unknown one abbreviates or resembles
+    (flags are never guessed: ``--web.listen-addres`` is an error that names
+    ``--web.listen-address``)."""
+    known = [o for o in parser._option_string_actions if o.startswith("--")]
+    hints = []
+    for extra in extras:
+        name = extra.split("=", 1)[0]
+        if not name.startswith("--"):
+            continue
+        found = sorted(o for o in known if o.startswith(name)) or difflib.get_close_matches(
+            name, known, n=1
+        )
+        if found:
+            hints.append(f"{name}: did you mean {' or '.join(found[:3])}?")
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    if hints:
+        message += f" ({'; '.join(hints)} Flags are never abbreviated)"
+    return message
 
 
 class SettingAction(argparse.Action):
@@ -84,13 +127,31 @@ def _note_alias(setting: Setting, namespace: argparse.Namespace, option: str | N
         notes.append(f"{option} is deprecated: use {setting.flag}")
 
 
+class _BooleanUsage(argparse.Action):
+    """How a boolean reads in a usage line: ``--[no-]flag``, as node-exporter's flags."""
+
+    def __init__(self, action: BooleanAction) -> None:
+        super().__init__(action.option_strings, action.dest, nargs=0, help=action.help)
+
+    def format_usage(self) -> str:
+        return "--[no-]" + self.option_strings[0].removeprefix("--")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:  # never parses
+        raise NotImplementedError
+
+
 class HelpFormatter(argparse.HelpFormatter):
-    """Shows a boolean as ``--flag, --no-flag`` (no placeholder)."""
+    """Shows a boolean as ``--flag, --no-flag`` in the help and ``[--[no-]flag]`` in the usage
+    line: no placeholder (``--delete-nodes [BOOL]`` read as if it took a value)."""
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         if isinstance(action, BooleanAction):
             return ", ".join(action.option_strings)
         return super()._format_action_invocation(action)
+
+    def _format_actions_usage(self, actions: Any, groups: Any) -> str:
+        shown = [_BooleanUsage(a) if isinstance(a, BooleanAction) else a for a in actions]
+        return super()._format_actions_usage(shown, groups)
 
 
 def _flags(setting: Setting) -> list[str]:
@@ -146,7 +207,7 @@ def parse_settings(
     cls: type[T], argv: Sequence[str], environ: Mapping[str, str], *, prog: str = "nodesync"
 ) -> T:
     """``cls`` from a command line and an environment, as a command would parse them."""
-    parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False, formatter_class=HelpFormatter)
+    parser = ArgumentParser(prog=prog, allow_abbrev=False, formatter_class=HelpFormatter)
     add_settings(parser, environ, [cls])
     return build(cls, parser.parse_args(argv))
 
@@ -174,7 +235,7 @@ def add_command(
         allow_abbrev=False,
         formatter_class=HelpFormatter,
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, **{COMMAND_PARSER: parser})
     add_version(parser)
     add_settings(parser, environ, [*settings, LogSettings])
     return parser

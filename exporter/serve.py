@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import html
 import json
 import logging
+import os
 import resource
 import signal
+import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -59,6 +62,27 @@ CANCEL_WAIT = 1.0
 #: How often one kind of client mistake, or of accept-loop failure, is logged at most.
 LOG_INTERVAL = 60.0
 _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+class ListenError(Exception):
+    """The listener cannot be opened (the port is taken, the address is not this host's, ...):
+    ``address`` as given, ``reason`` the system's words (``address already in use``)."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"{address}: {reason}")
+        self.address = address
+        self.reason = reason
+
+
+def _reason(exc: OSError) -> str:
+    """The system's words for ``exc`` (asyncio's bind error wraps them in its own)."""
+    if isinstance(exc, socket.gaierror) or not exc.errno or exc.errno < 0:
+        return str(exc.strerror or exc).lower()
+    return os.strerror(exc.errno).lower()
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ClientErrors:
@@ -164,6 +188,29 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Any]) ->
 
 
 _BODY_HEADERS = frozenset({"content-type", "content-length"})
+
+
+def landing_page(
+    title: str, description: str, links: Sequence[tuple[str, str]], version: str
+) -> Callable[[web.Request], Any]:
+    """A handler for ``/``: a small HTML page naming the program and its version, with links to
+    ``links`` (path, what it is), as Prometheus' exporters answer ``/`` (exporter-toolkit's
+    landing page) instead of 404."""
+    rows = "\n".join(
+        f'<li><a href="{html.escape(path)}">{html.escape(path)}</a>: {html.escape(what)}</li>'
+        for path, what in links
+    )
+    page = (
+        '<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title></head>\n<body>\n"
+        f"<h1>{html.escape(title)}</h1>\n<p>{html.escape(description)}</p>\n"
+        f"<ul>\n{rows}\n</ul>\n<p>Version {html.escape(version)}</p>\n</body>\n</html>\n"
+    ).encode()
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=page, content_type="text/html", charset="utf-8")
+
+    return handler
 
 
 def harden(
@@ -366,7 +413,7 @@ class Served:
 
     async def start(self) -> None:
         """Start the application (its cleanup contexts) and listen. On failure nothing is left
-        running."""
+        running; a listener that cannot be opened is a :class:`ListenError`."""
         await self.runner.setup()
         try:
             self._site = _Site(
@@ -377,7 +424,10 @@ class Served:
                 max_connections=connection_cap(self._settings.max_connections),
                 ssl_context=self._ssl_context,
             )
-            await self._site.start()
+            try:
+                await self._site.start()
+            except OSError as exc:
+                raise ListenError(_address(self._host, self._port), _reason(exc)) from exc
         except BaseException:
             await self.runner.cleanup()
             raise

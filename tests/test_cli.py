@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import argparse
+from collections.abc import Iterator
+
 import pytest
 
 from exporter.agent.settings import AgentSettings
 from exporter.cli import get_parser
+from exporter.commandline import BooleanAction
+from exporter.controller.settings import ExecutorSettings
 from exporter.settings.declare import build
 
 AGENT_FLAGS = [
@@ -65,3 +70,45 @@ def test_bad_flag_value_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         get_parser({}).parse_args(["agent", "--log-format", "xml"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def every_parser(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from every_parser(sub)
+
+
+def test_no_parser_accepts_abbreviations() -> None:
+    parsers = list(every_parser(get_parser({})))
+    assert len(parsers) > 4
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+@pytest.mark.parametrize("command", ["agent", "controller", "plan"])
+def test_booleans_take_no_placeholder_in_usage_or_help(command: str) -> None:
+    parser = next(p for p in every_parser(get_parser({})) if p.prog == f"nodesync {command}")
+    text = parser.format_help()
+    assert "BOOL" not in text
+    booleans = [a for a in parser._actions if isinstance(a, BooleanAction)]
+    assert booleans
+    for action in booleans:
+        flag = action.setting.flag
+        assert f"[--[no-]{flag.removeprefix('--')}]" in " ".join(parser.format_usage().split())
+        assert f"{flag}, --no-{flag.removeprefix('--')}" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "value"),
+    [
+        (["--dry-run"], True),
+        (["--dry-run=true"], True),
+        (["--dry-run=false"], False),
+        (["--no-dry-run"], False),
+        ([], False),
+    ],
+)
+def test_controller_booleans_as_flags_and_values(argv: list[str], value: bool) -> None:
+    args = get_parser({}).parse_args(["controller", *argv])
+    assert build(ExecutorSettings, args).dry_run is value

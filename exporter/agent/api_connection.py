@@ -31,7 +31,7 @@ class APIConnection:
 async def connect(settings: AgentSettings, registry: CollectorRegistry) -> APIConnection | None:
     """The API side when it can be configured; the agent works without it (source down)."""
     try:
-        configuration = await load_configuration(settings.kubeconfig)
+        configuration = await load_configuration(settings.kubeconfig, context=settings.context)
     except ConfigError as exc:
         log.warning("running without the API server's view: %s", exc)
         return None

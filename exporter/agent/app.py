@@ -25,8 +25,12 @@ from exporter.host.probes import read_host
 from exporter.metrics.cleanup import cleanup_families
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
-from exporter.metrics.selfmetrics import build_info_family, start_family
-from exporter.serve import harden
+from exporter.metrics.selfmetrics import (
+    build_info_family,
+    register_process_metrics,
+    start_family,
+)
+from exporter.serve import harden, landing_page
 from exporter.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -38,6 +42,17 @@ SETTINGS = web.AppKey("settings", AgentSettings)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 SYNC = web.AppKey("sync", AgentSync)
 CLEANUP = web.AppKey("cleanup", NodeCleanup)  # set when the agent answers cleanup requests
+
+LANDING_PAGE = landing_page(
+    "nodesync agent",
+    "Per-node exporter: the container runtime, kubelet and the host, as metrics.",
+    [
+        ("/metrics", "metrics"),
+        ("/healthz", "liveness: the sync loop runs"),
+        ("/readyz", "readiness: the first sync finished"),
+    ],
+    __version__,
+)
 
 
 async def _api_side(settings: AgentSettings, registry: CollectorRegistry) -> APIConnection | None:
@@ -148,7 +163,9 @@ def make_app(settings: AgentSettings, registry: CollectorRegistry | None = None)
     app[SETTINGS] = settings
     app[REGISTRY] = registry if registry is not None else CollectorRegistry(auto_describe=True)
     harden(app, app[REGISTRY], settings.server)
+    register_process_metrics(app[REGISTRY])
     app.cleanup_ctx.append(_agent_ctx)
+    app.router.add_get("/", LANDING_PAGE)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.settings.declare import group, setting
+from exporter.settings.kube import KUBE_CONTEXT, KUBECONFIG
 from exporter.settings.server import ServerSettings
 from exporter.settings.values import (
     ADDRESS,
@@ -13,8 +14,8 @@ from exporter.settings.values import (
     NAME,
     PATH,
     POSITIVE_DURATION,
+    UNIX_ENDPOINT,
     URL,
-    text,
 )
 
 
@@ -24,7 +25,10 @@ class AgentSettings:
         "--cri-endpoint",
         "unix:///run/containerd/containerd.sock",
         "CRI v1 endpoint of the container runtime",
-        text("ENDPOINT"),
+        UNIX_ENDPOINT,
+        doc="CRI v1 endpoint of the container runtime: `unix://` and an absolute path, as "
+        "kubelet's `--container-runtime-endpoint` (a bare path, `tcp://` or an empty path is "
+        "refused at start)",
     )
     listen: tuple[str, int] = setting(
         "--web.listen-address",
@@ -96,13 +100,8 @@ class AgentSettings:
         doc="this node's name in the API server (set it from the downward API); empty: the "
         'agent runs without the API view and reports `nodesync_source_up{source="apiserver"} 0`',
     )
-    kubeconfig: str = setting(
-        "--kubeconfig",
-        "",
-        "kubeconfig file for the API server; empty: in-cluster service account",
-        PATH,
-        doc="kubeconfig file for the API server; empty: the pod's service account (in-cluster)",
-    )
+    kubeconfig: str = KUBECONFIG.field()
+    context: str = KUBE_CONTEXT.field()
     api_initial_jitter: float = setting(
         "--api-initial-jitter",
         "5s",

@@ -26,8 +26,8 @@ from exporter.kube.config import load_configuration
 from exporter.kube.observer import RequestObserver
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.kube_requests import KubeRequestMetrics
-from exporter.metrics.selfmetrics import build_info_family
-from exporter.serve import harden
+from exporter.metrics.selfmetrics import build_info_family, register_process_metrics
+from exporter.serve import harden, landing_page
 
 SETTINGS = web.AppKey("settings", ControllerSettings)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -36,6 +36,18 @@ CLUSTER = web.AppKey("cluster", ClusterWatch)
 KUBE_METRICS = web.AppKey("kube_metrics", KubeRequestMetrics)
 
 Extension = Callable[[web.Application], None]
+
+LANDING_PAGE = landing_page(
+    "nodesync controller",
+    "Cluster view of every Node and node Lease, scale-out waves, and (with a webhook token) "
+    "the Alertmanager webhook POST /alerts and its rollbacks.",
+    [
+        ("/metrics", "metrics"),
+        ("/healthz", "liveness: the cluster watch runs"),
+        ("/readyz", "readiness: Nodes and Leases listed, the journal takes writes"),
+    ],
+    __version__,
+)
 
 _GIVEN_API = web.AppKey("given_api", bool)
 # Set by the rollback executor when it runs with leader election: "do I lead now?".
@@ -47,7 +59,9 @@ READINESS: web.AppKey[list[Callable[[], str | None]]] = web.AppKey("readiness")
 
 async def connect(settings: ControllerSettings, observer: RequestObserver | None = None) -> KubeAPI:
     """An API client from ``--kubeconfig``, or from the pod's service account when it is empty."""
-    return KubeAPI(await load_configuration(settings.kubeconfig), observer=observer)
+    return KubeAPI(
+        await load_configuration(settings.kubeconfig, context=settings.context), observer=observer
+    )
 
 
 async def _kube_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -167,8 +181,10 @@ def make_app(
     else:
         app[KUBE_METRICS] = KubeRequestMetrics(app[REGISTRY])
     harden(app, app[REGISTRY], settings.server)
+    register_process_metrics(app[REGISTRY])
     app.cleanup_ctx.append(_kube_ctx)
     app.cleanup_ctx.append(_cluster_ctx)
+    app.router.add_get("/", LANDING_PAGE)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -9,7 +9,10 @@ exactly as the controller would (exporter.model.decision), counting the NodeRoll
 cluster in the budget (waves are judged from the nodes that exist now, so a wave that lost nodes
 counts fewer and its cap is smaller). It prints per alert the NodeRollback it would create (or
 join, or escalate) or the refusal, and the blast-radius budget those would use; ``--output json``
-prints the same as one JSON document, each NodeRollback as the object it would create.
+prints the same as one JSON document, each NodeRollback as the object it would create. Under
+each drain it lists the node's pods, as ``kubectl drain --dry-run`` does: those it would evict,
+and those it would leave on the node with why (exporter.model.drain, by the same
+``--drain.force`` and ``--drain.delete-emptydir-data`` as the controller's).
 """
 
 from __future__ import annotations
@@ -18,17 +21,17 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, TextIO
 
 from exporter.controller.settings import PlanSettings
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, load_configuration
-from exporter.kube.convert import ConversionError, lease_info, node_info
+from exporter.kube.convert import ConversionError, lease_info, node_info, pod_info
 from exporter.kube.errors import KubeError, NotFound
 from exporter.kube.noderollbacks import NODEROLLBACKS, node_rollback, object_json
-from exporter.kube.resources import LEASES, NODES
+from exporter.kube.resources import LEASES, NODES, PODS
 from exporter.model.alerts import Alert, WebhookPayload
 from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.decision import (
@@ -42,6 +45,7 @@ from exporter.model.decision import (
     new_rollback,
 )
 from exporter.model.decision import decide as decide_alert
+from exporter.model.drain import disposition
 from exporter.model.guards import (
     Budget,
     CorrelatedFailure,
@@ -50,7 +54,7 @@ from exporter.model.guards import (
     budget,
     correlated_failure,
 )
-from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
+from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo, PodInfo
 from exporter.model.names import shown
 from exporter.model.payload import PayloadError, decode_payload
 from exporter.model.rollback import NodeRollback, Plan, StepKind
@@ -75,16 +79,40 @@ class Report:
     correlated: CorrelatedFailure
     policy: GuardPolicy
     created: Mapping[int, NodeRollback] = field(default_factory=dict)  # by decision index
+    #: The pods bound to each node a plan drains, as listed now (see :func:`read_drains`).
+    pods: Mapping[str, tuple[PodInfo, ...]] = field(default_factory=dict)
 
     @property
     def delete_nodes(self) -> bool:
         return self.policy.delete_nodes
 
+    def drain(self, node: str) -> list[tuple[PodInfo, str | None]]:
+        """The pods of ``node`` and what its drain would do with each: None evicts it, else
+        why it is left on the node (exporter.model.drain, by the policy's flags)."""
+        return [(p, disposition(p, self.policy.drain)) for p in self.pods.get(node, ())]
+
+    @property
+    def drained_nodes(self) -> list[str]:
+        """The nodes the planned steps drain, in the order of the alerts."""
+        found = [
+            s.node
+            for d in self.decisions
+            if isinstance(d.outcome, Plan)
+            for s in d.outcome.steps
+            if s.kind == StepKind.DRAIN
+        ]
+        return list(dict.fromkeys(found))
+
+    @property
+    def evictions(self) -> int:
+        return sum(1 for n in self.drained_nodes for _, why in self.drain(n) if why is None)
+
     @property
     def api_writes(self) -> int:
-        """At most this many API writes for the planned steps and their Events (drains add one
-        per evicted pod; a step with nothing to do writes only its Event)."""
-        return sum(
+        """At most this many API writes for the planned steps and their Events, and one per pod
+        the drains would evict as listed now (a step with nothing to do writes only its
+        Event)."""
+        return self.evictions + sum(
             _STEP_WRITES[s.kind] + 1
             for d in self.decisions
             if isinstance(d.outcome, Plan)
@@ -125,7 +153,21 @@ def decide(
 # ---------------------------------------------------------------- output
 
 
-def _alert_json(d: Decision, created: NodeRollback | None) -> dict[str, Any]:
+def _drain_json(report: Report, node: str) -> list[dict[str, Any]]:
+    return [
+        {"namespace": p.namespace, "name": p.name, "evict": why is None, "reason": why}
+        for p, why in report.drain(node)
+    ]
+
+
+def _step_json(report: Report, step: Any) -> dict[str, Any]:
+    out = {"kind": step.kind.value, "node": step.node, "namespace": step.namespace, "pod": step.pod}
+    if step.kind == StepKind.DRAIN:
+        out["pods"] = _drain_json(report, step.node)
+    return out
+
+
+def _alert_json(report: Report, d: Decision, created: NodeRollback | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "fingerprint": d.alert.fingerprint,
         "alertname": d.alert.labels.get("alertname", ""),
@@ -141,10 +183,7 @@ def _alert_json(d: Decision, created: NodeRollback | None) -> dict[str, Any]:
         out["noderollback"] = object_json(created)
     if isinstance(d.outcome, Plan):
         out["wave"] = d.outcome.wave
-        out["steps"] = [
-            {"kind": s.kind.value, "node": s.node, "namespace": s.namespace, "pod": s.pod}
-            for s in d.outcome.steps
-        ]
+        out["steps"] = [_step_json(report, s) for s in d.outcome.steps]
     else:
         out["reason"] = d.outcome.reason
         out["detail"] = d.outcome.detail
@@ -154,7 +193,9 @@ def _alert_json(d: Decision, created: NodeRollback | None) -> dict[str, Any]:
 def report_json(report: Report) -> dict[str, Any]:
     b = report.budget
     return {
-        "alerts": [_alert_json(d, report.created.get(i)) for i, d in enumerate(report.decisions)],
+        "alerts": [
+            _alert_json(report, d, report.created.get(i)) for i, d in enumerate(report.decisions)
+        ],
         "budget": {
             "absolute": {
                 "limit": b.absolute_limit,
@@ -205,6 +246,8 @@ def write_text(report: Report, out: TextIO) -> None:
             for n, step in enumerate(d.outcome.steps, 1):
                 target = f" {step.namespace}/{step.pod}" if step.pod else ""
                 out.write(f"  {n}. {step.kind.value} {step.node}{target}\n")
+                if step.kind == StepKind.DRAIN:
+                    _write_drain(report, step.node, out)
         else:
             verb = "would wait" if d.verdict == WAITS else "refused"
             out.write(f"{verb}: {d.outcome.reason}: {d.outcome.detail}\n")
@@ -219,14 +262,25 @@ def write_text(report: Report, out: TextIO) -> None:
             f"of {w.size} nodes), {w.remaining} left\n"
         )
     out.write(
-        f"API writes: up to {report.api_writes} for these steps and their Events, plus one per "
-        "pod a drain evicts\n"
+        f"API writes: up to {report.api_writes} for these steps and their Events, and "
+        f"{report.evictions} evictions of the pods listed\n"
     )
     c = report.correlated
     state = "PAUSED" if c.paused else "not paused"
     out.write(
         f"Correlated failure: {c.failing} of {c.established} established nodes failing: {state}\n"
     )
+
+
+def _write_drain(report: Report, node: str, out: TextIO) -> None:
+    """The pods a drain of ``node`` would evict and those it would leave, with why, as
+    ``kubectl drain --dry-run`` lists them."""
+    pods = report.drain(node)
+    if not pods:
+        out.write("       no pods on the node\n")
+    for pod, why in pods:
+        where = f"{shown(pod.namespace)}/{shown(pod.name)}"
+        out.write(f"       evict {where}\n" if why is None else f"       leave {where}: {why}\n")
 
 
 # ---------------------------------------------------------------- run
@@ -262,6 +316,21 @@ async def read_rollbacks(api: KubeAPI) -> tuple[list[NodeRollback], bool]:
     return found, True
 
 
+async def read_drains(api: KubeAPI, report: Report) -> Report:
+    """``report`` with the pods bound to each node its plans drain, listed now (one list per
+    node; reads only). A pod that cannot be read is left out."""
+    pods: dict[str, tuple[PodInfo, ...]] = {}
+    for node in report.drained_nodes:
+        found = []
+        for raw in (await api.list(PODS, field_selector=f"spec.nodeName={node}")).items:
+            try:
+                found.append(pod_info(raw))
+            except ConversionError:
+                continue
+        pods[node] = tuple(sorted(found, key=lambda p: (p.namespace, p.name)))
+    return replace(report, pods=pods)
+
+
 async def read_cluster(
     api: KubeAPI, *, wave_label: str | None, wave_gap: float, now: float
 ) -> ClusterView:
@@ -295,7 +364,7 @@ async def run(settings: PlanSettings) -> int:
         )
         return 2
     try:
-        configuration = await load_configuration(settings.kubeconfig)
+        configuration = await load_configuration(settings.kubeconfig, context=settings.context)
     except ConfigError as exc:
         print(f"nodesync plan: cannot configure the API client: {exc}", file=sys.stderr)
         return 2
@@ -306,6 +375,9 @@ async def run(settings: PlanSettings) -> int:
                 api, wave_label=settings.wave_label or None, wave_gap=settings.wave_gap, now=now
             )
             rollbacks, listed = await read_rollbacks(api)
+            report = await read_drains(
+                api, decide(payload.alerts, view, settings.policy, now, rollbacks)
+            )
     except KubeError as exc:
         print(f"nodesync plan: cannot read the cluster: {exc}", file=sys.stderr)
         return 1
@@ -315,7 +387,6 @@ async def run(settings: PlanSettings) -> int:
             "the budget counts this payload only",
             file=sys.stderr,
         )
-    report = decide(payload.alerts, view, settings.policy, now, rollbacks)
     if settings.output == "json":
         json.dump(report_json(report), sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")

@@ -24,6 +24,7 @@ from typing import Final
 from exporter.metrics.nodes import NodeCollectors
 from exporter.model.guards import GuardPolicy
 from exporter.settings.declare import Setting, build, group, setting
+from exporter.settings.kube import KUBE_CONTEXT, KUBECONFIG
 from exporter.settings.server import ServerSettings
 from exporter.settings.values import (
     ADDRESS,
@@ -40,13 +41,6 @@ from exporter.settings.values import (
 TOKEN_ENV: Final = "NODESYNC_WEBHOOK_TOKEN"
 
 # How the cluster view reads the API server: the controller's and ``nodesync plan``'s.
-KUBECONFIG = Setting(
-    "--kubeconfig",
-    "",
-    "kubeconfig file to reach the API server; empty: the pod's service account",
-    PATH,
-    doc="kubeconfig file to reach the API server; empty: the pod's service account (in-cluster)",
-)
 WAVE_LABEL = Setting(
     "--wave-label",
     "",
@@ -76,6 +70,7 @@ class ControllerSettings:
     )
     server: ServerSettings = group(ServerSettings)  # the listener's timeouts and limits
     kubeconfig: str = KUBECONFIG.field()
+    context: str = KUBE_CONTEXT.field()
     wave_label: str = WAVE_LABEL.field()  # empty: waves by creation time only
     wave_gap: float = WAVE_GAP.field()
     collectors: NodeCollectors = group(NodeCollectors)
@@ -302,6 +297,7 @@ class PlanSettings:
         PATH,
     )
     kubeconfig: str = KUBECONFIG.field()
+    context: str = KUBE_CONTEXT.field()
     wave_label: str = WAVE_LABEL.field()
     wave_gap: float = WAVE_GAP.field()
     policy: GuardPolicy = group(GuardPolicy)

@@ -14,10 +14,12 @@ did, and finds out what the first run did:
 
 - CORDON, TAINT: the writer does nothing when the node is already so. Whether this rollback
   made the change is what the intent recorded (the node before the step) says.
-- DRAIN, EVICT_POD: the pods bound to the node now, each evicted once per attempt through the
-  Eviction API; a PodDisruptionBudget's refusal makes the step wait and try again with backoff
-  until ``--eviction-timeout`` after its first attempt, then it fails (``pdb_blocked``): nothing
-  is forced.
+- DRAIN, EVICT_POD: the pods bound to the node now that the drain policy evicts
+  (exporter.model.drain: not mirrors, DaemonSet pods, finished or terminating ones; bare and
+  emptyDir pods as ``--drain.force`` and ``--drain.delete-emptydir-data`` say), each evicted
+  once per attempt through the Eviction API; a PodDisruptionBudget's refusal makes the step
+  wait and try again with backoff until ``--eviction-timeout`` after its first attempt, then it
+  fails (``pdb_blocked``): nothing is forced.
 - CLEANUP_RUNTIME: sets the Node annotation ``nodesync.io/cleanup-request`` to the request id
   (the NodeRollback's uid) and waits for the agent's ``nodesync.io/cleanup-status`` with that
   id. When the cleanup cannot run — the agent reports that the runtime cannot be read, or the
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,8 +49,9 @@ from exporter.controller.settings import ExecutorSettings
 from exporter.kube.errors import KubeError
 from exporter.kube.writer import EvictionResult, KubeWriter
 from exporter.model.cleanup import CleanupState, CleanupStatus
+from exporter.model.drain import disposition
 from exporter.model.guards import is_recovered, never_touch
-from exporter.model.kube import TAINT_NODESYNC, NodeInfo, PodInfo, Taint
+from exporter.model.kube import TAINT_NODESYNC, NodeInfo, Taint
 from exporter.model.rollback import (
     CLEANUP_REQUEST_ANNOTATION,
     CLEANUP_STATUS_ANNOTATION,
@@ -143,15 +147,6 @@ def request_id(rollback: NodeRollback) -> str:
     """The cleanup request of the rollback as it stands: its uid, and a suffix when an
     escalation asks the agent again."""
     return cleanup_request_id(rollback.uid, max(1, rollback.status.observed_generation))
-
-
-def _evictable(pod: PodInfo) -> bool:
-    return (
-        pod.owner_kind != "DaemonSet"
-        and not pod.mirror
-        and not pod.terminal
-        and pod.deletion_timestamp is None
-    )
 
 
 def _before(present: bool) -> dict[str, str]:
@@ -326,7 +321,9 @@ class StepRunner:
 
     async def _drain(self, rollback: NodeRollback, index: int, node: NodeInfo) -> StepResult | Wait:
         pods = await self._writer.list_pods_on_node(node.name)
-        targets = [p for p in pods if _evictable(p)]
+        policy = self._settings.policy.drain
+        skipped = Counter(r for p in pods if (r := disposition(p, policy)) is not None)
+        targets = [p for p in pods if disposition(p, policy) is None]
         results: list[EvictionResult] = []
         for pod in targets:
             results.append(await self._writer.evict(pod.namespace, pod.name, pod.uid, timeout=0))
@@ -338,10 +335,11 @@ class StepRunner:
         if blocked:
             return self._eviction_wait(rollback, index, blocked, len(targets))
         evicted = sum(1 for r in results if r.outcome == "evicted")
+        left = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
         return StepResult(
             StepState.DONE,
-            f"evicted {evicted} pods; {len(pods) - len(targets)} left alone (DaemonSet, mirror, "
-            f"finished or already terminating); {len(targets) - evicted} already gone",
+            f"evicted {evicted} pods; {len(pods) - len(targets)} left alone"
+            f"{f' ({left})' if left else ''}; {len(targets) - evicted} already gone",
         )
 
     async def _evict_pod(self, rollback: NodeRollback, index: int) -> StepResult | Wait:

@@ -147,9 +147,12 @@ def _load_cert_chain_from_text(context: ssl.SSLContext, cert: str, key: str | No
         context.load_cert_chain(cert_path, keyfile=key_path)
 
 
-async def kubeconfig_configuration(path: str, *, context: str | None = None) -> ClientConfiguration:
+async def kubeconfig_configuration(
+    path: str, *, context: str | None = None, source: str = ""
+) -> ClientConfiguration:
     """From a kubeconfig file (its current context unless ``context`` is given); ``path`` may
-    list several files separated by ``:``, merged as kubectl merges them."""
+    list several files separated by ``:``, merged as kubectl merges them. The error names
+    ``source`` (where ``path`` came from: ``--kubeconfig /x``) when given, else the path."""
     try:
         config = read_files(path)
         if _uses_auth_provider(config, context):
@@ -157,8 +160,17 @@ async def kubeconfig_configuration(path: str, *, context: str | None = None) -> 
         cfg = Configuration()
         await configure(config, context, cfg)
     except Exception as exc:  # YAML, I/O, missing keys, plugins: all mean "unusable"
-        raise ConfigError(f"cannot load kubeconfig {path!r}: {exc}") from exc
+        where = source or f"kubeconfig {path!r}"
+        raise ConfigError(f"{where}: cannot load the kubeconfig: {_one_line(exc)}") from exc
     return cfg
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc`` in one line: the system's words for an I/O error (``no such file or
+    directory``), YAML's multi-line messages joined."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 async def _kubernetes_client_configuration(path: str, context: str | None) -> ClientConfiguration:
@@ -214,10 +226,52 @@ def token_configuration(
     return cfg
 
 
-async def load_configuration(
-    kubeconfig: str = "", *, context: str | None = None
-) -> ClientConfiguration:
-    """The configuration the CLI asks for: ``kubeconfig`` when set, else in-cluster."""
+def kubeconfig_source(
+    kubeconfig: str = "", environ: Mapping[str, str] | None = None
+) -> tuple[str, str] | None:
+    """Which kubeconfig to read, as kubectl chooses it: ``--kubeconfig``, else ``$KUBECONFIG``
+    (files separated by ``:``, merged), else ``~/.kube/config`` when it exists (``$HOME``);
+    None: none, so in-cluster. Returns the path(s) and the words naming where they came from,
+    for errors (``--kubeconfig /x``, ``KUBECONFIG=/a:/b``).
+
+    Unlike kubectl, a ``$KUBECONFIG`` none of whose files exists is an error naming it rather
+    than a silent fall-back: it is a mistake far more often than an intent."""
+    environ = os.environ if environ is None else environ
     if kubeconfig:
-        return await kubeconfig_configuration(kubeconfig, context=context)
-    return in_cluster_configuration()
+        return kubeconfig, f"--kubeconfig {kubeconfig}"
+    listed = environ.get("KUBECONFIG", "")
+    if any(listed.split(os.pathsep)):
+        return listed, f"KUBECONFIG={listed}"
+    home = environ.get("HOME", "")
+    if home:
+        path = os.path.join(home, ".kube", "config")
+        if os.path.exists(path):
+            return path, f"{path} (~/.kube/config)"
+    return None
+
+
+async def load_configuration(
+    kubeconfig: str = "",
+    *,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ClientConfiguration:
+    """The configuration the CLI asks for, resolved as kubectl does (:func:`kubeconfig_source`):
+    ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config``, else the pod's service account.
+    ``context`` (``--context``) picks a context of the kubeconfig; without a kubeconfig it is
+    an error. Every ConfigError is one line naming the flag or variable it comes from."""
+    source = kubeconfig_source(kubeconfig, environ)
+    if source is not None:
+        path, where = source
+        return await kubeconfig_configuration(path, context=context or None, source=where)
+    if context:
+        raise ConfigError(
+            f"--context {context}: no kubeconfig to take it from (no --kubeconfig, no "
+            "$KUBECONFIG, no ~/.kube/config)"
+        )
+    try:
+        return in_cluster_configuration(environ=os.environ if environ is None else environ)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and {exc}"
+        ) from exc

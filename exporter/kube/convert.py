@@ -339,6 +339,7 @@ def pod_info(obj: JSONObject) -> PodInfo:
         deletion_grace_period_seconds=grace,
         owner_kind=_controller_kind(meta),
         mirror=ANNOTATION_MIRROR in _dict(meta.get("annotations")),
+        empty_dir=any("emptyDir" in _dict(v) for v in _list(spec.get("volumes"))),
         scheduled_at=scheduled_at,
         ready=ready,
         containers=tuple(s for s in statuses if s is not None),

@@ -6,6 +6,7 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 
@@ -55,3 +56,11 @@ def start_family(started_at: float) -> Metric:
     )
     family.add_metric([], started_at)
     return family
+
+
+def register_process_metrics(registry: CollectorRegistry) -> None:
+    """The ``process_*`` families every Prometheus exporter serves (CPU seconds, resident and
+    virtual memory, open and maximum file descriptors, start time), read from /proc at each
+    scrape: prometheus_client's ProcessCollector, on the role's own registry (not the global
+    one, which nodesync does not serve)."""
+    ProcessCollector(registry=registry)

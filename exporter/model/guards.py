@@ -47,10 +47,11 @@ from exporter.model.clusterview import (
     ClusterView,
     NodeView,
 )
+from exporter.model.drain import DrainPolicy
 from exporter.model.kube import NodeCondition, NodeInfo
 from exporter.model.rollback import Action, NodeRollback, Phase, Plan, Refusal
 from exporter.model.rollback_state import touched
-from exporter.settings.declare import setting
+from exporter.settings.declare import group, setting
 from exporter.settings.values import (
     BOOLEAN,
     COUNT,
@@ -144,6 +145,7 @@ class GuardPolicy:
         "node rollbacks running at once; further ones wait",
         POSITIVE_COUNT,
     )
+    drain: DrainPolicy = group(DrainPolicy)  # which pods a drain evicts
 
 
 # ---------------------------------------------------------------- node health

@@ -93,6 +93,7 @@ class PodInfo:
     deletion_grace_period_seconds: int | None = None
     owner_kind: str = ""  # kind of the controller owner reference: ReplicaSet, DaemonSet, ...
     mirror: bool = False  # a static pod's mirror (annotation kubernetes.io/config.mirror)
+    empty_dir: bool = False  # has an emptyDir volume (data a drain would delete)
     scheduled_at: float | None = None  # PodScheduled condition's lastTransitionTime when True
     ready: bool = False
     containers: tuple[ContainerStatusInfo, ...] = ()

@@ -27,6 +27,7 @@ _UNIT_SECONDS = {
     "w": 7 * 86400.0,
     "y": 365 * 86400.0,
 }
+_UNIT_ORDER = ("y", "w", "d", "h", "m", "s", "ms")
 _TRUE = frozenset({"true", "1", "yes", "on", "enabled"})
 _FALSE = frozenset({"false", "0", "no", "off", "disabled", ""})
 
@@ -36,21 +37,28 @@ def _invalid(message: str) -> argparse.ArgumentTypeError:
 
 
 def parse_duration(text: str) -> float:
-    """A duration in Prometheus' notation (``10s``, ``500ms``, ``1m30s``, ``7d``, ``2w``), or
-    plain seconds (``2.5``); in seconds."""
+    """A duration in Prometheus' notation (``model.ParseDuration``: ``10s``, ``500ms``,
+    ``1h30m``, ``7d``, ``2w``, ``1y``; units y w d h m s ms, each at most once and in that
+    order), also with decimals (``0.5s``, as Go's durations), or plain seconds (``2.5``); in
+    seconds."""
     value = text.strip()
     try:
         seconds = float(value)
     except ValueError:
         pos = 0
         seconds = 0.0
+        last = -1
         for match in _DURATION.finditer(value):
-            if match.start() != pos:
+            rank = _UNIT_ORDER.index(match.group(2))
+            if match.start() != pos or rank <= last:
                 break
             seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-            pos = match.end()
+            pos, last = match.end(), rank
         if pos != len(value) or not value:
-            raise _invalid(f"invalid duration {text!r}: use e.g. 10s, 500ms, 1m30s, 7d") from None
+            raise _invalid(
+                f"invalid duration {text!r}: use e.g. 10s, 500ms, 1h30m, 7d (units y w d h m s "
+                "ms, largest first)"
+            ) from None
     if not math.isfinite(seconds):
         raise _invalid(f"invalid duration {text!r}: must be finite")
     if seconds < 0:
@@ -72,6 +80,33 @@ def listen_address(text: str) -> tuple[str, int]:
         raise _invalid(f"invalid listen address {text!r}: use host:port")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
+
+
+def unix_endpoint(text: str) -> str:
+    """A gRPC endpoint on a Unix socket, as kubelet's ``--container-runtime-endpoint`` takes it
+    on Linux: ``unix://`` and an absolute path (``unix:/path`` is written ``unix:///path``).
+    A bare path, another scheme (``tcp://``, ``npipe://``) or no path is refused, naming the
+    form that would work."""
+    value = text.strip()
+    example = "e.g. unix:///run/containerd/containerd.sock"
+    scheme, sep, rest = value.partition(":")
+    if not sep or not scheme or "/" in scheme:
+        hint = f"unix://{value}" if value.startswith("/") else example
+        raise _invalid(f"invalid endpoint {text!r}: write a Unix socket as {hint}")
+    if scheme != "unix":
+        raise _invalid(
+            f"invalid endpoint {text!r}: only unix:// sockets are supported (as kubelet's "
+            f"--container-runtime-endpoint on Linux), {example}"
+        )
+    path = "/" + rest.removeprefix("//").lstrip("/") if rest.startswith("/") else rest
+    if rest.startswith("//") and not rest.startswith("///") and rest[2:]:
+        raise _invalid(
+            f"invalid endpoint {text!r}: unix:// takes an absolute path after it: "
+            f"unix:///{rest[2:]}"
+        )
+    if not path.startswith("/") or path == "/" or any(c in path for c in "?#\0"):
+        raise _invalid(f"invalid endpoint {text!r}: no absolute socket path, {example}")
+    return f"unix://{path}"
 
 
 def boolean(text: str) -> bool:
@@ -155,6 +190,7 @@ TEXT = text("TEXT")
 PATH = text("PATH")
 URL = text("URL")
 NAME = text("NAME")
+UNIX_ENDPOINT = Kind("ENDPOINT", unix_endpoint)
 DURATION = Kind("DURATION", parse_duration)
 POSITIVE_DURATION = Kind("DURATION", positive_duration)
 ADDRESS = Kind("HOST:PORT", listen_address)

@@ -12,7 +12,7 @@ from exporter.metrics.http import CLIENT_ERROR_REASONS, ClientErrorMetrics
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.nodes import NodeCollectors
 from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
-from exporter.metrics.selfmetrics import SourceStatus, build_info_family
+from exporter.metrics.selfmetrics import SourceStatus, build_info_family, register_process_metrics
 from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.kube import NodeCondition, Taint
 from tests.controller.builders import T0, lease, node
@@ -80,6 +80,7 @@ def rich_listener(registry: CollectorRegistry) -> None:
     for reason in CLIENT_ERROR_REASONS:
         metrics.observe(reason)
     metrics.in_flight.set(1)
+    register_process_metrics(registry)
 
 
 def rich_rollback(registry: CollectorRegistry) -> None:

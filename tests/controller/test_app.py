@@ -36,6 +36,7 @@ from tests.controller.conftest import (
     value,
 )
 from tests.metrics.exposition import labels, series
+from tests.metrics.pages import check_landing_page_and_process_metrics
 
 
 async def nodes_total(client: Client) -> float | None:
@@ -268,7 +269,7 @@ async def test_unreadable_kubeconfig_fails_the_start(tmp_path: Path) -> None:
     settings = ControllerSettings(kubeconfig=str(tmp_path / "missing"))
     runner = web.AppRunner(make_app(settings, registry=CollectorRegistry()))
     try:
-        with pytest.raises(ConfigError, match="cannot load kubeconfig"):
+        with pytest.raises(ConfigError, match="cannot load the kubeconfig"):
             await runner.setup()
     finally:
         await runner.cleanup()
@@ -301,3 +302,15 @@ async def test_extensions_add_routes_and_resources_after_the_cluster_watch(
     assert response.status == 200
     await client.close()
     assert seen == ["start running=True", "stop running=True"]
+
+
+@pytest.mark.prometheus
+async def test_landing_page_and_process_metrics(server: APIServer, controller: Client) -> None:
+    server.store.create("nodes", node_object("n1"))
+    server.store.create("leases", lease_object("n1", T0 + 3), namespace=LEASES)
+
+    async def listed() -> bool:
+        return await nodes_total(controller) == 1.0
+
+    await eventually(listed, "the node in /metrics")
+    await check_landing_page_and_process_metrics(controller, "controller")

@@ -13,7 +13,7 @@ from tests.controller.every_series import rich_controller_exposition
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.promtool import check_metrics
 
-SECTIONS = ("Controller", "Kubernetes API client", "HTTP server")
+SECTIONS = ("Controller", "Kubernetes API client", "HTTP server", "Process")
 
 
 def test_controller_exposition_matches_the_doc() -> None:

@@ -16,7 +16,7 @@ from exporter.controller.plan_command import run
 from exporter.controller.settings import PlanSettings
 from nodesync_sim.apiserver import APIServer, write_kubeconfig
 from tests.controller.alert_builders import alert, body
-from tests.controller.executor_harness import STARTED, lease_object, node_object
+from tests.controller.executor_harness import STARTED, lease_object, node_object, pod_object
 
 DAY = 86_400.0
 
@@ -70,8 +70,9 @@ async def test_thirty_alerts_in_text(
     assert "API writes: up to 80 for these steps and their Events" in out  # 10 x (3 + 5)
     assert "Correlated failure: 0 of 0 established nodes failing: not paused" in out
     assert server.counters.writes() == 0
-    # Nodes, their Leases and the NodeRollbacks (the budget they use), once each.
-    assert server.counters.count(verb="list") == 3
+    # Nodes, their Leases and the NodeRollbacks (the budget they use), once each; and the pods
+    # of each of the 10 nodes a plan drains.
+    assert server.counters.count(verb="list") == 3 + 10
 
 
 async def test_json_from_stdin(
@@ -163,3 +164,68 @@ async def test_an_unreachable_api_server_is_reported(
     payload = payload_file(tmp_path, ["new-1"])
     assert await run(parse(["--payload", str(payload), "--kubeconfig", str(kubeconfig)])) == 1
     assert "cannot read the cluster" in capsys.readouterr().err
+
+
+def pods_on(server: APIServer, node: str) -> None:
+    """What ``kubectl drain`` sorts: a ReplicaSet's pod, a DaemonSet's, a mirror pod, a bare
+    pod, a pod with an emptyDir volume, and a finished one."""
+    web = pod_object("web", node)
+    daemon = pod_object("proxy", node, owner="DaemonSet")
+    mirror = pod_object("etcd", node, owner="Node")
+    mirror["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "x"}
+    bare = pod_object("bare", node)
+    bare["metadata"]["ownerReferences"] = []
+    scratch = pod_object("scratch", node)
+    scratch["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}]
+    done = pod_object("job", node, owner="Job")
+    done["status"]["phase"] = "Succeeded"
+    for pod in (web, daemon, mirror, bare, scratch, done):
+        server.store.create("pods", pod, namespace="default")
+    server.store.create("pods", pod_object("elsewhere", "other-node"), namespace="default")
+
+
+def drain_one_node(server: APIServer, tmp_path: Path) -> list[str]:
+    """A failing new node with the pods of :func:`pods_on`, and the arguments to plan for an
+    alert about it."""
+    add_node(server, "new-1")
+    pods_on(server, "new-1")
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    payload = payload_file(tmp_path, ["new-1"])
+    return ["--payload", str(payload), "--kubeconfig", str(kubeconfig)]
+
+
+async def test_the_drain_lists_the_pods_it_would_evict_and_leave(
+    server: APIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await run(parse(drain_one_node(server, tmp_path))) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  3. drain new-1\n"
+        "       evict default/bare\n"
+        "       leave default/etcd: mirror pod\n"
+        "       leave default/job: finished\n"
+        "       leave default/proxy: DaemonSet-managed\n"
+        "       evict default/scratch\n"
+        "       evict default/web\n"
+        "  4. "
+    ) in out
+    assert "and 3 evictions of the pods listed" in out
+    assert server.counters.writes() == 0
+
+
+async def test_plan_follows_the_drain_policy_flags_in_json(
+    server: APIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = drain_one_node(server, tmp_path)
+    argv += ["--output", "json", "--no-drain.force", "--drain.delete-emptydir-data=false"]
+    assert await run(parse(argv)) == 0
+    report = json.loads(capsys.readouterr().out)
+    (drain,) = [s for s in report["alerts"][0]["steps"] if s["kind"] == "drain"]
+    assert [(p["name"], p["evict"], p["reason"]) for p in drain["pods"]] == [
+        ("bare", False, "not managed by a controller (--drain.force)"),
+        ("etcd", False, "mirror pod"),
+        ("job", False, "finished"),
+        ("proxy", False, "DaemonSet-managed"),
+        ("scratch", False, "uses emptyDir (--drain.delete-emptydir-data)"),
+        ("web", True, None),
+    ]

@@ -303,6 +303,55 @@ async def test_a_cordon_someone_else_made_is_not_claimed(env: Env) -> None:
 # ---------------------------------------------------------------- drain
 
 
+def bare_and_emptydir_pods(env: Env) -> None:
+    """On the node: a ReplicaSet's pod, a bare pod, a ReplicaSet's pod with an emptyDir."""
+    env.store.create("pods", pod_object("web", NODE), namespace="default")
+    bare = pod_object("bare", NODE)
+    bare["metadata"]["ownerReferences"] = []
+    env.store.create("pods", bare, namespace="default")
+    scratch = pod_object("scratch", NODE)
+    scratch["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}]
+    env.store.create("pods", scratch, namespace="default")
+
+
+def evicted(env: Env, name: str) -> bool:
+    pod = env.store.try_get("pods", name, namespace="default")
+    return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+async def test_by_default_a_drain_evicts_bare_and_emptydir_pods(env: Env) -> None:
+    bare_and_emptydir_pods(env)
+    r = started(rollback(env), StepKind.DRAIN)
+    result = await env.runner.execute(r, at(r, StepKind.DRAIN))
+    assert not isinstance(result, Wait)
+    assert result.message == "evicted 3 pods; 0 left alone; 0 already gone"
+    assert [evicted(env, n) for n in ("web", "bare", "scratch")] == [True, True, True]
+
+
+async def test_the_drain_policy_flags_leave_bare_and_emptydir_pods(env: Env) -> None:
+    bare_and_emptydir_pods(env)
+    settings = changed(SETTINGS, drain_force=False, drain_delete_emptydir_data=False)
+    api = KubeAPI(env.server.aio_configuration())
+    try:
+        runner = StepRunner(
+            KubeWriter(api),
+            settings,
+            lease_renew_time=env.leases.get,
+            correlated_failure=lambda: False,
+        )
+        r = started(rollback(env), StepKind.DRAIN)
+        result = await runner.execute(r, at(r, StepKind.DRAIN))
+    finally:
+        await api.close()
+    assert not isinstance(result, Wait)
+    assert result.state is StepState.DONE
+    assert result.message == (
+        "evicted 1 pods; 2 left alone (1 not managed by a controller (--drain.force), "
+        "1 uses emptyDir (--drain.delete-emptydir-data)); 0 already gone"
+    )
+    assert [evicted(env, n) for n in ("web", "bare", "scratch")] == [True, False, False]
+
+
 async def test_drain_evicts_what_kubectl_drain_would_and_leaves_daemonsets(env: Env) -> None:
     env.store.create("pods", pod_object("web", NODE), namespace="default")
     env.store.create("pods", pod_object("agent", NODE, owner="DaemonSet"), namespace="default")

@@ -93,7 +93,7 @@ def test_not_in_a_cluster_is_a_config_error(
 async def test_empty_kubeconfig_means_in_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(ConfigError, match="not running in a cluster"):
-        await load_configuration("")
+        await load_configuration("", environ={})
 
 
 async def test_token_configuration(server: APIServer) -> None:

@@ -19,6 +19,7 @@ from exporter.metrics.runtime import runtime_families
 from exporter.metrics.selfmetrics import (
     SourceStatus,
     build_info_family,
+    register_process_metrics,
     self_families,
     start_family,
 )
@@ -208,5 +209,6 @@ def rich_agent_exposition() -> str:
     for reason in CLIENT_ERROR_REASONS:
         listener.observe(reason)
     listener.in_flight.set(1)
+    register_process_metrics(registry)
     registry.register(SnapshotCollector(lambda: families))
     return generate_latest(registry).decode()

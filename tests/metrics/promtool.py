@@ -7,6 +7,18 @@ import subprocess
 
 import pytest
 
+#: The process_* families both roles serve (the text parser's names: counters without _total).
+PROCESS_FAMILIES = frozenset(
+    {
+        "process_cpu_seconds",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    }
+)
+
 
 def check_metrics(exposition: str) -> None:
     """Fail the test unless promtool accepts the exposition without findings."""

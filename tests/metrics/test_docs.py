@@ -11,9 +11,9 @@ from tests.metrics.promtool import check_metrics
 
 def test_agent_exposition_matches_the_doc() -> None:
     markdown = DOC.read_text()
-    # the agent's sections, and its listener's (shared with the controller)
-    documented = documented_metric_names(markdown, "Agent") | documented_metric_names(
-        markdown, "HTTP server"
+    # the agent's sections, its listener's and its process's (shared with the controller)
+    documented = set().union(
+        *(documented_metric_names(markdown, s) for s in ("Agent", "HTTP server", "Process"))
     )
     exposed = exposed_metric_names(rich_agent_exposition())
     assert sorted(exposed - documented) == [], "exposed but not documented"

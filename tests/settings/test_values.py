@@ -16,6 +16,7 @@ from exporter.settings.values import (
     parse_duration,
     positive_count,
     positive_number,
+    unix_endpoint,
 )
 
 
@@ -33,13 +34,35 @@ from exporter.settings.values import (
         ("1y", 365 * 86400.0),
         ("1d12h", 1.5 * 86400.0),
         ("168h", 7 * 86400.0),
+        ("1h30m", 5400.0),
+        ("0.5s", 0.5),
+        ("1y2w3d4h5m6s7ms", 365 * 86400 + 17 * 86400 + 4 * 3600 + 5 * 60 + 6.007),
+        ("0", 0.0),
     ],
 )
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["ten", "10x", "s10", "10s5", "-1s", "-3", "", "nan", "inf", "1D"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ten",
+        "10x",
+        "s10",
+        "10s5",
+        "-1s",
+        "-3",
+        "",
+        "nan",
+        "inf",
+        "1D",
+        "30s1m",
+        "1m1m",
+        "5ms1s",
+        "1h 30m",
+    ],
+)
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="invalid duration"):
         parse_duration(text)
@@ -96,3 +119,34 @@ def test_malformed_values_say_what_is_wrong(parse: object, text: str, message: s
     assert callable(parse)
     with pytest.raises(argparse.ArgumentTypeError, match=message):
         parse(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "endpoint"),
+    [
+        ("unix:///run/containerd/containerd.sock", "unix:///run/containerd/containerd.sock"),
+        ("unix:/run/crio/crio.sock", "unix:///run/crio/crio.sock"),  # kubelet takes it too
+        (" unix:///run/x.sock ", "unix:///run/x.sock"),
+    ],
+)
+def test_unix_endpoint(text: str, endpoint: str) -> None:
+    assert unix_endpoint(text) == endpoint
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [
+        ("/run/containerd/containerd.sock", "unix:///run/containerd/containerd.sock"),
+        ("tcp://", "only unix://"),
+        ("tcp://127.0.0.1:1234", "only unix://"),
+        ("npipe:////./pipe/containerd", "only unix://"),
+        ("unix://", "no absolute socket path"),
+        ("unix://run/x.sock", "unix:///run/x.sock"),
+        ("unix:run.sock", "no absolute socket path"),
+        ("", "e.g. unix://"),
+    ],
+)
+def test_unix_endpoint_rejects_naming_the_form_that_works(text: str, hint: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid endpoint") as exc:
+        unix_endpoint(text)
+    assert hint in str(exc.value)
