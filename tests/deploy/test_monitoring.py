@@ -16,7 +16,7 @@ import pytest
 from exporter.yamlfile import load_file, loads
 from tests.deploy import prometheusrule
 from tests.deploy.manifests import COMPONENTS, OVERLAYS, ROOT, Obj, build, one
-from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, load
+from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, load, markdown_anchors
 
 MONITORING = COMPONENTS / "monitoring"
 
@@ -90,6 +90,68 @@ def test_a_group_name_used_twice_is_refused(tmp_path: Path) -> None:
             encoding="utf-8",
         )
     with pytest.raises(ValueError, match="group 'same'"):
+        prometheusrule.groups(tmp_path)
+
+
+def _alerts(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for g in document["spec"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_every_alert_has_an_absolute_runbook_url_from_the_configured_base(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text(encoding="utf-8")
+    shipped = _alerts(json.loads(prometheusrule.MANIFEST.read_text(encoding="utf-8")))
+    assert shipped
+    for alert in shipped:
+        anchor = alert["alert"].lower()
+        url = alert["annotations"]["runbook_url"]
+        assert url == f"https://github.com/nodesync/nodesync/blob/main/docs/runbooks.md#{anchor}"
+        assert anchor in markdown_anchors(runbooks), f"docs/runbooks.md has no #{anchor}"
+    base = "https://wiki.example.com/ops/nodesync"
+    out = tmp_path / "rule.json"
+    assert prometheusrule.main(["--runbook-base-url", base, "--output", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    ours = json.loads(out.read_text(encoding="utf-8"))
+    assert [a["annotations"]["runbook_url"] for a in _alerts(ours)] == [
+        f"{base}#{a['alert'].lower()}" for a in shipped
+    ]
+    # Only the runbook URLs differ; the shipped file is untouched.
+    assert json.loads(prometheusrule.render()) == json.loads(
+        out.read_text(encoding="utf-8").replace(base + "#", prometheusrule.RUNBOOK_BASE_URL + "#")
+    )
+    assert prometheusrule.main(["--check"]) == 0
+    assert prometheusrule.main(["--runbook-base-url", base, "--output", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == ours
+
+
+@pytest.mark.parametrize(
+    ("base", "problem"),
+    [
+        ("docs/runbooks.md", "absolute"),
+        ("ftp://example.com/runbooks", "absolute"),
+        ("https://example.com/runbooks.md#top", "fragment"),
+    ],
+)
+def test_a_bad_runbook_base_url_is_one_line_naming_the_flag(
+    base: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert prometheusrule.main(["--runbook-base-url", base, "--output", "-"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"{prometheusrule.GENERATOR}: --runbook-base-url {base!r}: ")
+    assert problem in line
+    assert "Traceback" not in captured.err
+
+
+def test_a_rule_file_with_another_runbook_url_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.yml").write_text(
+        "groups:\n  - name: g\n    rules:\n      - alert: NodesyncX\n        expr: up\n"
+        "        annotations:\n          runbook_url: docs/runbooks.md#nodesyncx\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match="NodesyncX: runbook_url is not https://"):
         prometheusrule.groups(tmp_path)
 
 
