@@ -183,6 +183,15 @@ async def _post(url: str, batch: list[dict[str, Any]]) -> None:
         assert response.status == 200, await response.text()
 
 
+#: The guard's alert, as the rules raise it when old nodes fail together.
+SUSPECTED = {
+    "alertname": "NodesyncControlPlaneSuspected",
+    "severity": "warning",
+    "nodesync_action": "none",
+    "reason": "old_nodes_failing",
+}
+
+
 async def _inhibited_by_name(url: str) -> dict[str, set[bool]]:
     """alertname -> whether its alerts are inhibited (a set: all, none, or some)."""
     async with (
@@ -315,13 +324,7 @@ async def test_a_real_alertmanager_calls_the_hook_once_per_group(
 
         # While the control plane is suspected, every action alert is held back, including
         # those that fired before.
-        suspected = {
-            "alertname": "NodesyncControlPlaneSuspected",
-            "severity": "warning",
-            "nodesync_action": "none",
-            "reason": "old_nodes_failing",
-        }
-        await _post(url, [_alert(suspected, starts=datetime.now(UTC), ends=later)])
+        await _post(url, [_alert(SUSPECTED, starts=datetime.now(UTC), ends=later)])
         await _until_inhibited(
             url,
             {
@@ -418,13 +421,7 @@ async def test_inhibitions_stay_inside_a_cluster(unused_tcp_port: int, tmp_path:
                 ("NodesyncNewNodeDrift", "west"): False,
             },
         )
-        suspected = {
-            "alertname": "NodesyncControlPlaneSuspected",
-            "severity": "warning",
-            "nodesync_action": "none",
-            "reason": "old_nodes_failing",
-            "cluster": "east",
-        }
+        suspected = {**SUSPECTED, "cluster": "east"}
         await _post(url, [_alert(suspected, starts=datetime.now(UTC), ends=later)])
         await _until_inhibited_by_cluster(
             url,
