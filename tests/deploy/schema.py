@@ -46,6 +46,9 @@ CLUSTER_SCOPED = frozenset(
 #: The node Leases live there: the Roles that read them must too.
 OTHER_NAMESPACES = {("Role", "kube-node-lease"), ("RoleBinding", "kube-node-lease")}
 IMAGE = "nodesync"
+#: Service accounts bound but not shipped: kube-prometheus' Prometheus (the monitoring
+#: component lets it discover nodesync's targets).
+EXTERNAL_ACCOUNTS = {("monitoring", "prometheus-k8s")}
 
 
 def model_problems(objects: Iterable[Obj]) -> list[str]:
@@ -317,7 +320,9 @@ def rbac_problems(objects: list[Obj]) -> list[str]:
         for subject in binding.get("subjects") or []:
             if subject.get("kind") != "ServiceAccount":
                 problems.append(f"{ref}: binds a {subject.get('kind')}, not a service account")
-            elif (subject.get("namespace"), subject.get("name")) not in accounts:
+            elif (subject.get("namespace"), subject.get("name")) not in (
+                accounts | EXTERNAL_ACCOUNTS
+            ):
                 problems.append(f"{ref}: service account {subject.get('name')} is not shipped")
     for role in (o for o in objects if o["kind"] in ("Role", "ClusterRole")):
         for rule in role.get("rules") or []:

@@ -13,7 +13,9 @@ from tests.rules.rulefiles import markdown_anchors
 
 DOCS = [
     ROOT / "README.md",
-    *(ROOT / "docs" / f"{n}.md" for n in ("install", "upgrade", "uninstall", "rbac")),
+    *(ROOT / "docs" / f"{n}.md" for n in ("install", "upgrade", "uninstall", "rbac", "comparison")),
+    ROOT / "CHANGELOG.md",
+    ROOT / "docs" / "rules.md",
 ]
 MANIFESTS = sorted(p for p in DEPLOY.rglob("*.yaml") if "alertmanager" not in p.parts)
 

@@ -155,6 +155,20 @@ def test_the_agent_runs_on_every_node_with_its_node_name() -> None:
     assert spec["ports"] == [{"name": "metrics", "containerPort": AGENT_PORT, "protocol": "TCP"}]
 
 
+def test_the_agent_is_cluster_critical_and_runs_on_linux_nodes_only() -> None:
+    # The standard overlay, as installed: what the scheduler sees.
+    pod = _agent(build(OVERLAYS / "standard"))["spec"]["template"]["spec"]
+    # A full new node makes room for it (preemption), and kubelet does not evict it under
+    # node pressure (priority 2000000000 and above is critical to kubelet).
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    # It tolerates every taint, so only the selector keeps it off Windows nodes.
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    docs = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+    assert f"`priorityClassName: {pod['priorityClassName']}`" in docs
+    # The quota that admits the class where a cluster limits it names the same class.
+    assert f"values: [{pod['priorityClassName']}]" in docs
+
+
 def test_the_agent_mounts_exactly_what_it_reads_read_only() -> None:
     agent = _agent(build(BASE))
     pod = agent["spec"]["template"]["spec"]

@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from exporter.yamlfile import load_file, loads
 from tests.deploy import prometheusrule
 from tests.deploy.manifests import COMPONENTS, OVERLAYS, ROOT, Obj, build, one
-from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, load
+from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, load, markdown_anchors
 
 MONITORING = COMPONENTS / "monitoring"
 
@@ -88,6 +90,68 @@ def test_a_group_name_used_twice_is_refused(tmp_path: Path) -> None:
             encoding="utf-8",
         )
     with pytest.raises(ValueError, match="group 'same'"):
+        prometheusrule.groups(tmp_path)
+
+
+def _alerts(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for g in document["spec"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_every_alert_has_an_absolute_runbook_url_from_the_configured_base(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text(encoding="utf-8")
+    shipped = _alerts(json.loads(prometheusrule.MANIFEST.read_text(encoding="utf-8")))
+    assert shipped
+    for alert in shipped:
+        anchor = alert["alert"].lower()
+        url = alert["annotations"]["runbook_url"]
+        assert url == f"https://github.com/nodesync/nodesync/blob/main/docs/runbooks.md#{anchor}"
+        assert anchor in markdown_anchors(runbooks), f"docs/runbooks.md has no #{anchor}"
+    base = "https://wiki.example.com/ops/nodesync"
+    out = tmp_path / "rule.json"
+    assert prometheusrule.main(["--runbook-base-url", base, "--output", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    ours = json.loads(out.read_text(encoding="utf-8"))
+    assert [a["annotations"]["runbook_url"] for a in _alerts(ours)] == [
+        f"{base}#{a['alert'].lower()}" for a in shipped
+    ]
+    # Only the runbook URLs differ; the shipped file is untouched.
+    assert json.loads(prometheusrule.render()) == json.loads(
+        out.read_text(encoding="utf-8").replace(base + "#", prometheusrule.RUNBOOK_BASE_URL + "#")
+    )
+    assert prometheusrule.main(["--check"]) == 0
+    assert prometheusrule.main(["--runbook-base-url", base, "--output", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == ours
+
+
+@pytest.mark.parametrize(
+    ("base", "problem"),
+    [
+        ("docs/runbooks.md", "absolute"),
+        ("ftp://example.com/runbooks", "absolute"),
+        ("https://example.com/runbooks.md#top", "fragment"),
+    ],
+)
+def test_a_bad_runbook_base_url_is_one_line_naming_the_flag(
+    base: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert prometheusrule.main(["--runbook-base-url", base, "--output", "-"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"{prometheusrule.GENERATOR}: --runbook-base-url {base!r}: ")
+    assert problem in line
+    assert "Traceback" not in captured.err
+
+
+def test_a_rule_file_with_another_runbook_url_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.yml").write_text(
+        "groups:\n  - name: g\n    rules:\n      - alert: NodesyncX\n        expr: up\n"
+        "        annotations:\n          runbook_url: docs/runbooks.md#nodesyncx\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match="NodesyncX: runbook_url is not https://"):
         prometheusrule.groups(tmp_path)
 
 
@@ -234,3 +298,88 @@ def test_the_webhook_url_is_the_controllers_service_and_the_token_its_secret() -
         if e["name"] == "NODESYNC_WEBHOOK_TOKEN"
     )
     assert token["valueFrom"]["secretKeyRef"] == credentials
+
+
+# ---------------------------------------------------------------- kube-prometheus' Alertmanager
+
+ALERTMANAGER_PATCH = ROOT / "deploy" / "alertmanager" / "kube-prometheus-alertmanager-patch.yaml"
+
+
+def _selects(selector: Obj, labels: dict[str, str]) -> bool:
+    """A label selector (matchLabels, matchExpressions) against an object's labels."""
+    if not selector:
+        return True
+    matched = all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+    for expression in selector.get("matchExpressions") or []:
+        value, operator = labels.get(expression["key"]), expression["operator"]
+        if operator == "In":
+            matched &= value in expression["values"]
+        elif operator == "Exists":
+            matched &= value is not None
+        else:
+            raise AssertionError(f"selector operator {operator} is not modelled here")
+    return matched
+
+
+def test_the_alertmanager_patch_selects_the_shipped_alertmanagerconfig() -> None:
+    patch = load_file(ALERTMANAGER_PATCH)
+    assert patch["apiVersion"] == "monitoring.coreos.com/v1"
+    assert patch["kind"] == "Alertmanager"
+    # kube-prometheus' Alertmanager.
+    assert patch["metadata"] == {"name": "main", "namespace": "monitoring"}
+    spec = patch["spec"]
+    objects = build(OVERLAYS / "standard")
+    config = one(objects, "AlertmanagerConfig", "nodesync")
+    namespace = one(objects, "Namespace", config["metadata"]["namespace"])
+    # The API server adds kubernetes.io/metadata.name to every namespace.
+    namespace_labels = {
+        **namespace["metadata"]["labels"],
+        "kubernetes.io/metadata.name": namespace["metadata"]["name"],
+    }
+    assert spec["alertmanagerConfigSelector"], "an empty selector would select every config"
+    assert _selects(spec["alertmanagerConfigSelector"], config["metadata"]["labels"])
+    assert _selects(spec["alertmanagerConfigNamespaceSelector"], namespace_labels)
+    assert not _selects(
+        spec["alertmanagerConfigNamespaceSelector"], {"kubernetes.io/metadata.name": "monitoring"}
+    )
+    # Node alerts have no namespace label: the operator must not add a namespace matcher.
+    assert spec["alertmanagerConfigMatcherStrategy"] == {"type": "None"}
+    assert set(spec) == {
+        "alertmanagerConfigSelector",
+        "alertmanagerConfigNamespaceSelector",
+        "alertmanagerConfigMatcherStrategy",
+    }
+
+
+def test_the_alertmanager_patch_applies_to_kube_prometheus_alertmanager(tmp_path: Path) -> None:
+    # kube-prometheus' Alertmanager as it ships (the fields a merge patch must keep).
+    shipped = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "Alertmanager",
+        "metadata": {"name": "main", "namespace": "monitoring"},
+        "spec": {
+            "replicas": 3,
+            "serviceAccountName": "alertmanager-main",
+            "podMetadata": {"labels": {"app.kubernetes.io/name": "alertmanager"}},
+        },
+    }
+    (tmp_path / "alertmanager.json").write_text(json.dumps(shipped), encoding="utf-8")
+    (tmp_path / "patch.yaml").write_text(ALERTMANAGER_PATCH.read_text("utf-8"), "utf-8")
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "resources: [alertmanager.json]\npatches:\n  - path: patch.yaml\n",
+        encoding="utf-8",
+    )
+    (patched,) = build(tmp_path)
+    assert patched["spec"] == {**shipped["spec"], **load_file(ALERTMANAGER_PATCH)["spec"]}
+
+
+def test_install_md_shows_the_alertmanager_patch() -> None:
+    docs = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+    section = docs.split("\n## Alertmanager\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [
+        loads(textwrap.dedent(block), source="docs/install.md")
+        for block in re.findall(r"```yaml\n(.*?)```", section, re.S)
+    ]
+    assert load_file(ALERTMANAGER_PATCH) in blocks
+    assert ALERTMANAGER_PATCH.relative_to(ROOT).as_posix() in section

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import copy
+import os
+import re
+from pathlib import Path
 
 from exporter.controller.settings import ExecutorSettings
 from tests.deploy.manifests import (
     BASE,
     COMPONENTS,
+    NAMESPACE,
     OVERLAYS,
+    ROOT,
     Obj,
     build,
     build_with,
@@ -44,7 +49,14 @@ def test_standard_is_the_base_plus_the_monitoring_objects() -> None:
     standard = _by_key(build(OVERLAYS / "standard"))
     added = {k[0] for k in standard.keys() - base.keys()}
     assert base.keys() <= standard.keys()
-    assert added == {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
+    assert added == {
+        "ServiceMonitor",
+        "PrometheusRule",
+        "AlertmanagerConfig",
+        # Prometheus' permission to discover the ServiceMonitors' targets.
+        "Role",
+        "RoleBinding",
+    }
     assert all(standard[k] == base[k] for k in base)
 
 
@@ -130,3 +142,67 @@ def test_deleting_nodes_is_a_component_with_its_permission() -> None:
         assert _without_env(workload, "NODESYNC_DELETE_NODES") == _without_env(
             controller_workload(plain), "NODESYNC_DELETE_NODES"
         )
+
+
+def _prometheus_rbac(objects: list[Obj]) -> tuple[Obj, Obj]:
+    return (
+        one(objects, "Role", "nodesync-prometheus"),
+        one(objects, "RoleBinding", "nodesync-prometheus"),
+    )
+
+
+def test_kube_prometheus_prometheus_may_discover_the_targets() -> None:
+    for overlay in ("standard", "dry-run", "ha"):
+        role, binding = _prometheus_rbac(build(OVERLAYS / overlay))
+        # In nodesync's namespace, where the ServiceMonitors and their Services are.
+        assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == NAMESPACE
+        granted = {
+            (group, resource, verb)
+            for rule in role["rules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+        # What Prometheus' Kubernetes service discovery lists and watches (role endpoints or
+        # endpointslice, with the pods behind them), and nothing more.
+        assert granted == {
+            (group, resource, verb)
+            for group, resource in [
+                ("", "services"),
+                ("", "endpoints"),
+                ("", "pods"),
+                ("discovery.k8s.io", "endpointslices"),
+            ]
+            for verb in ("list", "watch")
+        }
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "nodesync-prometheus",
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
+        ]
+    assert find(build(BASE), "Role", "nodesync-prometheus") == []
+
+
+def test_the_documented_patch_binds_another_prometheus(tmp_path: Path) -> None:
+    docs = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+    section = docs.split("### Prometheus' permissions", 1)[1].split("\n### ", 1)[0]
+    (patch,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
+        f"  - {os.path.relpath(OVERLAYS / 'standard', overlay)}\n{patch}",
+        encoding="utf-8",
+    )
+    patched = build(overlay)
+    _, binding = _prometheus_rbac(patched)
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prometheus", "namespace": "observability"}
+    ]
+    # Nothing else changes.
+    standard = _by_key(build(OVERLAYS / "standard"))
+    changed = [k for k, o in _by_key(patched).items() if standard[k] != o]
+    assert changed == [("RoleBinding", NAMESPACE, "nodesync-prometheus")]

@@ -121,7 +121,7 @@ def rule_expr(chain: Chain, alert: str) -> str:
 
 def without_pause(expr: str) -> str:
     """An alert expression without its ``unless`` on the correlated-failure pause."""
-    pause = r"\s*unless on \(\) cluster:nodesync_actions_paused:bool\s*"
+    pause = r"\s*unless on \(cluster\) cluster:nodesync_actions_paused:bool\s*"
     stripped, found = re.subn(pause, "\n", expr)
     assert found == 1, f"no pause clause in {expr!r}"
     return stripped

@@ -59,6 +59,8 @@ from tests.metrics.exposition import labels, series
 
 AGENT = service_account(NAMESPACE, "nodesync-agent")
 CONTROLLER = service_account(NAMESPACE, "nodesync-controller")
+#: kube-prometheus' Prometheus, bound by the monitoring component (not nodesync's own).
+PROMETHEUS = service_account("monitoring", "prometheus-k8s")
 NODE = "node-a"
 IDENTITY = "nodesync-controller-0"
 WEBHOOK_TOKEN = "webhook-token-for-the-rbac-run"

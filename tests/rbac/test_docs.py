@@ -8,7 +8,7 @@ import pytest
 
 from nodesync_sim.apiserver.rbac import Permission
 from tests.deploy.manifests import ROOT
-from tests.rbac.harness import AGENT, CONTROLLER, shipped_rbac
+from tests.rbac.harness import AGENT, CONTROLLER, PROMETHEUS, shipped_rbac
 
 DOC = ROOT / "docs" / "rbac.md"
 
@@ -55,7 +55,8 @@ def granted(user: str) -> set[Grant]:
 
 
 @pytest.mark.parametrize(
-    ("heading", "user"), [("The agent", AGENT), ("The controller", CONTROLLER)]
+    ("heading", "user"),
+    [("The agent", AGENT), ("The controller", CONTROLLER), ("Prometheus", PROMETHEUS)],
 )
 def test_the_tables_are_the_shipped_permissions(heading: str, user: str) -> None:
     assert documented(heading) == granted(user)

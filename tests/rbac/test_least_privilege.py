@@ -22,11 +22,12 @@ from exporter.cri.client import CRIClient
 from nodesync_sim.apiserver.rbac import Permission, RBACAuthorizer
 from nodesync_sim.containerd import LocalContainerd
 from tests.controller.executor_harness import Agent as StandInAgent
-from tests.deploy.manifests import one
+from tests.deploy.manifests import NAMESPACE, one
 from tests.metrics.exposition import labels, series
 from tests.rbac.harness import (
     AGENT,
     CONTROLLER,
+    PROMETHEUS,
     SOURCE_API,
     Outcome,
     agent,
@@ -66,7 +67,9 @@ async def test_a_rollback_under_the_shipped_rbac_uses_every_permission_and_nothi
     async with CRIClient(containerd.endpoint) as cri:
         assert [s.name for s in await cri.list_pod_sandboxes()] == []  # the orphan is gone
     assert authz.denials() == [], "requests nodesync needed were refused"
-    unused = "\n".join(str(p) for p in authz.unused())
+    # nodesync's own permissions; Prometheus' (the monitoring component) are exactly those of
+    # its service discovery, checked below and in tests/deploy/test_overlays.py.
+    unused = "\n".join(str(p) for p in authz.unused(AGENT) + authz.unused(CONTROLLER))
     assert unused == "", f"granted and never used (remove them from deploy/):\n{unused}"
 
 
@@ -161,6 +164,12 @@ async def test_a_permission_nodesync_does_not_need_is_found(tmp_path: Path) -> N
     assert "is not needed" in _report({unneeded: without})
 
 
-def test_every_shipped_permission_belongs_to_the_agent_or_the_controller() -> None:
+def test_every_shipped_permission_belongs_to_the_agent_the_controller_or_prometheus() -> None:
     authz = shipped_rbac()
-    assert sorted(authz.permissions(AGENT) + authz.permissions(CONTROLLER)) == authz.permissions()
+    ours = authz.permissions(AGENT) + authz.permissions(CONTROLLER)
+    assert sorted(ours + authz.permissions(PROMETHEUS)) == authz.permissions()
+    # Prometheus reads the nodesync namespace only, and writes nothing.
+    assert {(p.role.namespace, p.verb) for p in authz.permissions(PROMETHEUS)} == {
+        (NAMESPACE, "list"),
+        (NAMESPACE, "watch"),
+    }

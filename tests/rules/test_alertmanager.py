@@ -183,6 +183,15 @@ async def _post(url: str, batch: list[dict[str, Any]]) -> None:
         assert response.status == 200, await response.text()
 
 
+#: The guard's alert, as the rules raise it when old nodes fail together.
+SUSPECTED = {
+    "alertname": "NodesyncControlPlaneSuspected",
+    "severity": "warning",
+    "nodesync_action": "none",
+    "reason": "old_nodes_failing",
+}
+
+
 async def _inhibited_by_name(url: str) -> dict[str, set[bool]]:
     """alertname -> whether its alerts are inhibited (a set: all, none, or some)."""
     async with (
@@ -248,7 +257,7 @@ async def test_a_real_alertmanager_calls_the_hook_once_per_group(
             _alert(
                 {
                     "alertname": "NodesyncNewNodeNotReady",
-                    "severity": "critical",
+                    "severity": "warning",
                     "nodesync_action": "rollback_node",
                     "node": node,
                 },
@@ -315,13 +324,7 @@ async def test_a_real_alertmanager_calls_the_hook_once_per_group(
 
         # While the control plane is suspected, every action alert is held back, including
         # those that fired before.
-        suspected = {
-            "alertname": "NodesyncControlPlaneSuspected",
-            "severity": "warning",
-            "nodesync_action": "none",
-            "reason": "old_nodes_failing",
-        }
-        await _post(url, [_alert(suspected, starts=datetime.now(UTC), ends=later)])
+        await _post(url, [_alert(SUSPECTED, starts=datetime.now(UTC), ends=later)])
         await _until_inhibited(
             url,
             {
@@ -351,3 +354,82 @@ async def test_a_real_alertmanager_calls_the_hook_once_per_group(
 
     assert resolved["groupLabels"]["alertname"] == "NodesyncNewNodeDrift"
     assert [a["status"] for a in resolved["alerts"]] == ["resolved"]
+
+
+async def _inhibited_by_cluster(url: str) -> dict[tuple[str, str], bool]:
+    """(alertname, cluster) -> whether that alert is inhibited (one alert each here)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{url}/api/v2/alerts") as response,
+    ):
+        assert response.status == 200, await response.text()
+        return {
+            (a["labels"]["alertname"], a["labels"]["cluster"]): bool(a["status"]["inhibitedBy"])
+            for a in await response.json()
+        }
+
+
+async def _until_inhibited_by_cluster(url: str, expected: dict[tuple[str, str], bool]) -> None:
+    seen: dict[tuple[str, str], bool] = {}
+    try:
+        async with asyncio.timeout(WAIT_SECONDS):
+            while seen != expected:
+                seen = await _inhibited_by_cluster(url)
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        pytest.fail(f"inhibition never became {expected}; last seen {seen}")
+
+
+@pytest.mark.prometheus
+async def test_inhibitions_stay_inside_a_cluster(unused_tcp_port: int, tmp_path: Path) -> None:
+    """One Alertmanager for two clusters with a node of the same name: a rollback in east
+    inhibits east's eviction on that node, not west's; east's suspected control plane holds
+    back east's actions only."""
+    config = ALERTMANAGER_CONFIG.read_text(encoding="utf-8")
+    config = _replace_once(config, TOKEN_FILE, str(tmp_path / "token"))
+    (tmp_path / "token").write_text("unused\n")
+    config_path = tmp_path / "alertmanager.yml"
+    config_path.write_text(config)
+    now = datetime.now(UTC)
+    later = now + timedelta(hours=1)
+
+    def action(alertname: str, action: str, cluster: str) -> dict[str, Any]:
+        labels = {"alertname": alertname, "severity": "warning", "nodesync_action": action}
+        labels |= {"cluster": cluster, "node": "ip-10-0-1-7"}
+        if action == "evict_pod":
+            labels |= {"namespace": "team-a", "pod": "web-1"}
+        return _alert(labels, starts=now, ends=later)
+
+    async with alertmanager(
+        config_path, tmp_path / "data", unused_tcp_port, tmp_path / "am.log"
+    ) as url:
+        await _post(
+            url,
+            [
+                action("NodesyncNewNodeNotReady", "rollback_node", "east"),
+                action("NodesyncNewNodePodPending", "evict_pod", "east"),
+                action("NodesyncNewNodePodPending", "evict_pod", "west"),
+                action("NodesyncNewNodeDrift", "cleanup_orphans", "west"),
+            ],
+        )
+        await _until_inhibited_by_cluster(
+            url,
+            {
+                ("NodesyncNewNodeNotReady", "east"): False,
+                ("NodesyncNewNodePodPending", "east"): True,
+                ("NodesyncNewNodePodPending", "west"): False,
+                ("NodesyncNewNodeDrift", "west"): False,
+            },
+        )
+        suspected = {**SUSPECTED, "cluster": "east"}
+        await _post(url, [_alert(suspected, starts=datetime.now(UTC), ends=later)])
+        await _until_inhibited_by_cluster(
+            url,
+            {
+                ("NodesyncNewNodeNotReady", "east"): True,
+                ("NodesyncNewNodePodPending", "east"): True,
+                ("NodesyncNewNodePodPending", "west"): False,
+                ("NodesyncNewNodeDrift", "west"): False,
+                ("NodesyncControlPlaneSuspected", "east"): False,
+            },
+        )

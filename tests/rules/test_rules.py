@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from tests.deploy.prometheusrule import RUNBOOK_BASE_URL
 from tests.rules.rulefiles import (
     ACTIONS,
+    ROOT,
     RULES_DIR,
     RULES_DOC,
     RUNBOOKS,
@@ -123,8 +126,44 @@ def test_alert_carries_what_the_hook_and_the_on_call_need(rule: Rule) -> None:
     assert labels.get("nodesync_action") in ACTIONS, rule.name
     for key in ("summary", "description", "runbook_url"):
         assert str(annotations.get(key, "")).strip(), f"{rule.name}: no {key}"
-    assert annotations["runbook_url"] == f"docs/runbooks.md#{rule.name.lower()}"
+    # Absolute: Alertmanager's and Grafana's links work from anywhere. The generator swaps the
+    # base for --runbook-base-url (tests/deploy/test_monitoring.py).
+    assert annotations["runbook_url"] == f"{RUNBOOK_BASE_URL}#{rule.name.lower()}"
+    assert RUNBOOK_BASE_URL.endswith("/" + RUNBOOKS.relative_to(ROOT).as_posix())
     assert rule.name.lower() in markdown_anchors(RUNBOOKS.read_text(encoding="utf-8"))
+
+
+def test_the_runbook_base_is_the_projects_repository() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        urls = tomllib.load(file)["project"]["urls"]
+    assert RUNBOOK_BASE_URL.startswith(urls["Repository"] + "/blob/")
+
+
+def _severities_section() -> str:
+    text = RULES_DOC.read_text(encoding="utf-8")
+    match = re.search(r"^## Severities\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, "docs/rules.md has no section Severities"
+    return match.group(1)
+
+
+def test_only_what_needs_a_person_is_critical() -> None:
+    """kube-prometheus' Alertmanager pages for severity=critical: an alert nodesync remediates
+    by itself (an action other than none) must not be critical unless docs/rules.md says why."""
+    rows = {row["Severity"]: row for row in markdown_table(_severities_section(), "Severity")}
+    assert set(rows) == set(SEVERITIES)
+    listed = {
+        severity: set(re.findall(r"`?(Nodesync\w+)`?", row["Alerts"]))
+        for severity, row in rows.items()
+    }
+    critical = {r.name for r in alerts() if r.data["labels"]["severity"] == "critical"}
+    # The critical row names exactly the critical alerts, each with its reason.
+    assert listed["critical"] == critical
+    assert critical == set() or rows["critical"]["Why"].strip()
+    remediated = {r.name for r in alerts() if r.data["labels"]["nodesync_action"] != "none"}
+    assert (remediated & critical) <= listed["critical"]
+    # An action alert is never info: kube-prometheus' InfoInhibitor would inhibit it, and an
+    # inhibited alert reaches no receiver, nodesync's webhook included.
+    assert all(r.data["labels"]["severity"] != "info" for r in alerts())
 
 
 def test_runbooks_have_one_complete_section_per_alert() -> None:
