@@ -7,7 +7,7 @@ selector (spec.nodeName) has real work to do. Measured:
 - **API view, in process**: for each round, a fresh ``KubeAPI`` and ``NodeObjects`` (its three
   informers: own Node, own Lease, pods bound to the node; no initial jitter), timed from
   ``run()`` until ``.synced``;
-- **full agent**: a real ``nodesync agent`` process with ``--node-name`` and ``--kubeconfig``,
+- **full agent**: a real ``nodesync agent`` process with ``--node.name`` and ``--kubeconfig``,
   watching a private real containerd that runs the same pods (same uids as in the API server,
   and a kubelet pod directory for each), timed from process start until /metrics shows every
   pod Running from the API server, every drift count at 0 and the containers' stats; then its
@@ -20,7 +20,7 @@ Run as root (containerd needs it) on a machine with containerd, runc and busybox
 (scripts/setup installs them):
 
     .venv/bin/python -m bench.agent_node_objects [--pods 110] [--other-pods 2000] [--rounds 10]
-        [--sync-period 10] [--stats-period 60]
+        [--sync.period 10] [--stats.period 60]
 """
 
 from __future__ import annotations
@@ -297,29 +297,29 @@ def start_agent(
     """A real ``nodesync agent`` with the API view, as deployed, on the private containerd."""
     return start_nodesync(
         "agent",
-        "--node-name",
+        "--node.name",
         NODE,
         "--kubeconfig",
         str(api.kubeconfig),
-        "--api-initial-jitter",
+        "--apiserver.initial-jitter",
         "0s",
-        "--cri-endpoint",
+        "--cri.endpoint",
         containerd.endpoint,
-        "--containerd-root",
+        "--containerd.root",
         str(containerd.root),
-        "--kubelet-root-dir",
+        "--kubelet.root-dir",
         str(kubelet_root),
-        "--kubelet-healthz-url",
+        "--kubelet.healthz-url",
         f"http://127.0.0.1:{free_port()}/healthz",
-        "--sync-period",
+        "--sync.period",
         f"{sync_period}s",
-        "--stats-period",
+        "--stats.period",
         f"{stats_period}s",
-        "--drift-grace-period",
+        "--drift.grace-period",
         f"{DRIFT_GRACE_SECONDS}s",
         "--web.listen-address",
         f"127.0.0.1:{port}",
-        "--log-level",
+        "--log.level",
         "warning",
         log=log,
     )
@@ -459,10 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--other-pods", type=int, default=2000, help="pods bound to other nodes")
     parser.add_argument("--rounds", type=int, default=10, help="in-process API view rounds")
     parser.add_argument(
-        "--sync-period", type=float, default=10.0, help="the agent's --sync-period, in seconds"
+        "--sync.period", type=float, default=10.0, help="the agent's --sync.period, in seconds"
     )
     parser.add_argument(
-        "--stats-period", type=float, default=60.0, help="the agent's --stats-period, in seconds"
+        "--stats.period", type=float, default=60.0, help="the agent's --stats.period, in seconds"
     )
     args = parser.parse_args(argv)
     result = asyncio.run(

@@ -8,7 +8,7 @@ machine noise hits all alike:
 - **sync cycle**: the agent's ``AgentSync.sync_once`` (the same calls through the CRI boundary,
   plus host and kubelet probes, phases, terminations), and its ratio to the bare state calls;
 - **bare stats call**: ListContainerStats alone, through the stubs, and **stats refresh**: the
-  agent's ``AgentSync.refresh_stats`` (once per ``--stats-period``, not per cycle);
+  agent's ``AgentSync.refresh_stats`` (once per ``--stats.period``, not per cycle);
 - containerd's and its shims' CPU per call of each kind (user + system, over the rounds);
 - a scrape of /metrics from a real ``nodesync agent`` process watching the same containerd
   (no API view: see bench.agent_node_objects for that), and that process' peak RSS.
@@ -131,17 +131,17 @@ def _start_agent(
     """A real ``nodesync agent`` on the same containerd, without an API view."""
     return start_nodesync(
         "agent",
-        "--cri-endpoint",
+        "--cri.endpoint",
         containerd.endpoint,
         "--web.listen-address",
         f"127.0.0.1:{port}",
-        "--sync-period",
+        "--sync.period",
         "1s",
-        "--containerd-root",
+        "--containerd.root",
         str(containerd.root),
-        "--kubelet-root-dir",
+        "--kubelet.root-dir",
         str(kubelet_root),
-        "--log-level",
+        "--log.level",
         "warning",
         log=log,
     )

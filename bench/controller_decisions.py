@@ -10,7 +10,8 @@ Every part is its own process on loopback, as in a cluster:
 - ``nodesync sim apiserver`` with ``--nodes`` Nodes as kubelet registers them and their Leases
   (renewed ``--renew-rate`` times a second during the run, round-robin, as kubelets would);
 - ``nodesync controller`` with the webhook and the executor, a fresh journal, in
-  ``--dry-run`` (nothing is written to the API server) and with ``--max-rollbacks 0``: every
+  ``--rollback.dry-run`` (nothing is written to the API server) and with
+  ``--guard.max-rollbacks 0``: every
   new alert goes through the planner and every guard (never-touch, scale-out window,
   correlated failure, the wave's budget) and is refused by the last one, the absolute budget,
   with its decision saved in the journal. (Plans would pile up as dry-run decisions that every
@@ -190,14 +191,14 @@ def start_controller(api: SimAPIServer, port: int, workdir: Path, token: str) ->
         str(api.kubeconfig),
         "--web.listen-address",
         f"127.0.0.1:{port}",
-        "--journal-path",
+        "--journal.path",
         str(workdir / "journal.db"),
-        "--dry-run",
-        "--max-rollbacks",
+        "--rollback.dry-run",
+        "--guard.max-rollbacks",
         "0",
-        "--max-rollback-fraction",
+        "--guard.max-rollback-fraction",
         "1",
-        "--log-level",
+        "--log.level",
         "warning",
         log=workdir / "controller.log",
         env={"NODESYNC_WEBHOOK_TOKEN": token},

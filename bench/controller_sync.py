@@ -346,7 +346,7 @@ def start_controller(api: SimAPIServer, port: int, log: Path) -> ChildProcess:
         str(api.kubeconfig),
         "--web.listen-address",
         f"127.0.0.1:{port}",
-        "--log-level",
+        "--log.level",
         "warning",
         log=log,
     )

@@ -8,9 +8,9 @@ talking HTTP on loopback, as in a cluster:
   count the controller's writes: they are counted by the server, not by the controller.
 - 50 old nodes join first and keep their Leases renewed: the established nodes the
   correlated-failure guard judges by. The API server stamps creation times itself, so "old" is
-  made with a short ``--scaleout-window`` (60 s): the storm starts once the old nodes will be
+  made with a short ``--guard.scaleout-window`` (60 s): the storm starts once the old nodes will be
   older than the window when the first rollback alert arrives.
-- the storm: 1000 new Nodes (labelled with their wave, ``--wave-label``), each with its Lease
+- the storm: 1000 new Nodes (labelled with their wave, ``--wave.label``), each with its Lease
   and three pods bound to it (two owned by a ReplicaSet, which a drain evicts, one owned by a
   DaemonSet, which it must leave alone), created at an even pace within 60 s. Every healthy
   node's Lease is renewed every 10 s, as kubelet does. Every 20th new node fails: Ready turns
@@ -18,9 +18,10 @@ talking HTTP on loopback, as in a cluster:
   nodes that joined in the first 30 s fail together 40 s into the join, the later ones 10 s
   after they joined, so the rollbacks start with a burst while nodes still join.
 - ``nodesync controller`` with the webhook (token in ``NODESYNC_WEBHOOK_TOKEN``), a fresh
-  journal, ``--api-qps 20 --api-burst 20``, a blast radius that admits exactly the 50 failing
-  nodes (``--max-rollback-fraction 0.05`` of the 1000-node wave, ``--max-rollbacks 50``) and
-  ``--max-concurrent-rollbacks 10``; scraped every 15 s as Prometheus would.
+  journal, ``--apiserver.qps 20 --apiserver.burst 20``, a blast radius that admits exactly the
+  50 failing nodes (``--guard.max-rollback-fraction 0.05`` of the 1000-node wave,
+  ``--guard.max-rollbacks 50``) and
+  ``--guard.max-concurrent-rollbacks 10``; scraped every 15 s as Prometheus would.
 - the node agents' part of the cleanup handshake, played here: a watch on Nodes answers every
   ``nodesync.io/cleanup-request`` with a ``nodesync.io/cleanup-status`` "done" (in
   exporter.model's own format) 1 s later. It writes with PUT (verb ``update``), which the
@@ -38,7 +39,7 @@ talking HTTP on loopback, as in a cluster:
 
 Measured and checked: acknowledgement latency p50/p99 of the controller and of the floor (during
 the join, and over the whole run), alerts per second accepted, the controller's API writes per
-second from the server's counters (sampled 4 times a second) against ``--api-qps`` and the
+second from the server's counters (sampled 4 times a second) against ``--apiserver.qps`` and the
 token bucket's promise (at most burst + qps * T writes in any T seconds), actions taken against
 expected (each failing node cordoned, tainted, drained and asked for its cleanup exactly once,
 its DaemonSet pod left alone, no healthy node written to; every step once, in its NodeRollback,
@@ -300,26 +301,26 @@ def controller_args(cfg: Config, api: SimAPIServer, port: int, journal: Path) ->
         str(api.kubeconfig),
         "--web.listen-address",
         f"127.0.0.1:{port}",
-        "--journal-path",
+        "--journal.path",
         str(journal),
-        "--wave-label",
+        "--wave.label",
         WAVE_LABEL,
-        "--scaleout-window",
+        "--guard.scaleout-window",
         f"{cfg.scaleout_window:g}s",
-        "--node-monitor-grace-period",
+        "--guard.node-monitor-grace-period",
         f"{cfg.grace:g}s",
         # The blast radius admits exactly the failing nodes: one more plan would be refused.
-        "--max-rollbacks",
+        "--guard.max-rollbacks",
         str(failing),
-        "--max-rollback-fraction",
+        "--guard.max-rollback-fraction",
         f"{failing / cfg.nodes:g}",
-        "--max-concurrent-rollbacks",
+        "--guard.max-concurrent-rollbacks",
         str(cfg.max_concurrent),
-        "--api-qps",
+        "--apiserver.qps",
         f"{cfg.api_qps:g}",
-        "--api-burst",
+        "--apiserver.burst",
         str(cfg.api_burst),
-        "--cleanup-timeout",
+        "--cleanup.timeout",
         f"{cfg.cleanup_timeout:g}s",
     ]
 

@@ -10,7 +10,7 @@ import time
 from bench.harness.apiserver import JSONObject
 from exporter.model.rfc3339 import format_time
 
-#: The label of the scale-out wave (the controller's ``--wave-label``).
+#: The label of the scale-out wave (the controller's ``--wave.label``).
 WAVE_LABEL = "nodesync.io/wave"
 #: Where the storm's pods and the controller's Events are.
 NAMESPACE = "default"

@@ -56,7 +56,7 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
         settings=[AgentSettings],
         help="per-node exporter: container runtime, kubelet and host state as metrics",
         description="Per-node exporter (one per node, as a DaemonSet): reads the container runtime "
-        "over CRI, kubelet's healthz and pod directories, and the host, every --sync-period, and "
+        "over CRI, kubelet's healthz and pod directories, and the host, every --sync.period, and "
         "serves the last snapshot on /metrics.",
     )
     add_command(
@@ -178,7 +178,7 @@ def _run_controller(args: argparse.Namespace, *, environ: Mapping[str, str]) -> 
     except JournalError as exc:
         return _cannot_start(
             "controller",
-            f"--journal-path {webhook.journal_path}: {str(exc).removeprefix('journal: ')}",
+            f"--journal.path {webhook.journal_path}: {str(exc).removeprefix('journal: ')}",
         )
     except ListenError as exc:
         return _cannot_start("controller", f"--web.listen-address {exc}")

@@ -142,7 +142,7 @@ class _BooleanUsage(argparse.Action):
 
 class HelpFormatter(argparse.HelpFormatter):
     """Shows a boolean as ``--flag, --no-flag`` in the help and ``[--[no-]flag]`` in the usage
-    line: no placeholder (``--delete-nodes [BOOL]`` read as if it took a value)."""
+    line: no placeholder (``--rollback.delete-nodes [BOOL]`` read as if it took a value)."""
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         if isinstance(action, BooleanAction):
@@ -154,11 +154,11 @@ class HelpFormatter(argparse.HelpFormatter):
         return super()._format_actions_usage(shown, groups)
 
 
-def _flags(setting: Setting) -> list[str]:
-    names = [setting.flag, *setting.aliases]
-    if setting.kind is BOOLEAN:
-        names += ["--no-" + n.removeprefix("--") for n in names]
-    return names
+def _flags(setting: Setting, *names: str) -> list[str]:
+    """The option strings of ``names`` (``--flag``, and ``--no-flag`` for a boolean)."""
+    if setting.kind is not BOOLEAN:
+        return list(names)
+    return [n for name in names for n in (name, "--no-" + name[2:])]
 
 
 def _environment_value(
@@ -190,17 +190,24 @@ def add_settings(
                 continue
             added[setting.flag] = setting
             boolean = setting.kind is BOOLEAN
+            common: dict[str, Any] = {
+                "dest": setting.dest,
+                "action": BooleanAction if boolean else SettingAction,
+                "nargs": "?" if boolean else None,
+                "type": setting.kind,
+                "default": _environment_value(setting, environ, parser),
+                "metavar": setting.kind.metavar,
+                "setting": setting,
+            }
             parser.add_argument(
-                *_flags(setting),
-                dest=setting.dest,
-                action=BooleanAction if boolean else SettingAction,
-                nargs="?" if boolean else None,
-                type=setting.kind,
-                default=_environment_value(setting, environ, parser),
-                metavar=setting.kind.metavar,
+                *_flags(setting, setting.flag),
                 help=f"{setting.help} (env {setting.environment}, default {setting.default!r})",
-                setting=setting,
+                **common,
             )
+            if setting.aliases:  # former names: accepted, reported, not shown in --help
+                parser.add_argument(
+                    *_flags(setting, *setting.aliases), help=argparse.SUPPRESS, **common
+                )
 
 
 def parse_settings(

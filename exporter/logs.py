@@ -20,18 +20,20 @@ class LogSettings:
     """Every command's logging flags."""
 
     log_format: str = setting(
-        "--log-format",
+        "--log.format",
         "text",
         "log line format",
         choice("text", "json"),
         doc="`text` or `json` (one object per line)",
+        aliases=("--log-format",),
     )
     log_level: str = setting(
-        "--log-level",
+        "--log.level",
         "info",
         "minimum level logged",
         choice("debug", "info", "warning", "error"),
         doc="`debug`, `info`, `warning` or `error`",
+        aliases=("--log-level",),
     )
 
 

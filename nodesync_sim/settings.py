@@ -44,7 +44,7 @@ class NodeSettings:
         ADDRESS,
         doc="address of the agent's `/metrics`",
     )
-    sync_period: float = setting("--sync-period", "5s", "agent sync period", POSITIVE_DURATION)
+    sync_period: float = setting("--sync.period", "5s", "agent sync period", POSITIVE_DURATION)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,14 +12,14 @@ from exporter.controller.settings import ExecutorSettings
 from exporter.settings.declare import build
 
 AGENT_FLAGS = [
-    "--cri-endpoint",
+    "--cri.endpoint",
     "--web.listen-address",
-    "--sync-period",
-    "--cri-timeout",
-    "--kubelet-root-dir",
-    "--containerd-root",
-    "--kubelet-healthz-url",
-    "--log-format",
+    "--sync.period",
+    "--cri.timeout",
+    "--kubelet.root-dir",
+    "--containerd.root",
+    "--kubelet.healthz-url",
+    "--log.format",
 ]
 
 
@@ -55,7 +55,7 @@ def test_environment_is_the_default_and_flags_win() -> None:
         "127.0.0.1",
         1234,
     )
-    from_flag = build(AgentSettings, parser.parse_args(["agent", "--sync-period", "1m"]))
+    from_flag = build(AgentSettings, parser.parse_args(["agent", "--sync.period", "1m"]))
     assert from_flag.sync_period == 60.0
 
 
@@ -68,7 +68,7 @@ def test_bad_environment_value_is_a_clear_error(capsys: pytest.CaptureFixture[st
 
 def test_bad_flag_value_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        get_parser({}).parse_args(["agent", "--log-format", "xml"])
+        get_parser({}).parse_args(["agent", "--log.format", "xml"])
     assert "invalid choice" in capsys.readouterr().err
 
 
@@ -102,10 +102,10 @@ def test_booleans_take_no_placeholder_in_usage_or_help(command: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "value"),
     [
-        (["--dry-run"], True),
-        (["--dry-run=true"], True),
-        (["--dry-run=false"], False),
-        (["--no-dry-run"], False),
+        (["--rollback.dry-run"], True),
+        (["--rollback.dry-run=true"], True),
+        (["--rollback.dry-run=false"], False),
+        (["--no-rollback.dry-run"], False),
         ([], False),
     ],
 )

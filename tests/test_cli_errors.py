@@ -168,15 +168,15 @@ def test_no_kubeconfig_outside_a_cluster_says_where_it_looked(home: Path) -> Non
     ],
 )
 def test_a_malformed_cri_endpoint_is_refused_at_parse_time(home: Path, endpoint: str) -> None:
-    line = error_line(nodesync(["agent", "--cri-endpoint", endpoint], clean_environment(home)))
-    assert line.startswith("nodesync agent: error: argument --cri-endpoint: invalid endpoint")
+    line = error_line(nodesync(["agent", "--cri.endpoint", endpoint], clean_environment(home)))
+    assert line.startswith("nodesync agent: error: argument --cri.endpoint: invalid endpoint")
 
 
 @pytest.mark.parametrize(
     ("argv", "environ", "named"),
     [
-        (["controller", "--journal-retention", "a week"], {}, "--journal-retention"),
-        (["agent", "--sync-period", "1h30"], {}, "--sync-period"),
+        (["controller", "--journal.retention", "a week"], {}, "--journal.retention"),
+        (["agent", "--sync.period", "1h30"], {}, "--sync.period"),
         (["agent"], {"NODESYNC_CRI_TIMEOUT": "5 s"}, "NODESYNC_CRI_TIMEOUT"),
     ],
 )
@@ -200,9 +200,9 @@ def test_a_journal_that_cannot_be_opened_names_the_flag(
     not_a_directory = tmp_path / "file"
     not_a_directory.write_text("")
     journal = not_a_directory / "journal.db"
-    argv = ["controller", "--web.listen-address", "127.0.0.1:0", "--journal-path", str(journal)]
+    argv = ["controller", "--web.listen-address", "127.0.0.1:0", "--journal.path", str(journal)]
     argv += ["--kubeconfig", str(unreachable_kubeconfig)]
     environ = clean_environment(home, NODESYNC_WEBHOOK_TOKEN="secret")
     line = error_line(nodesync(argv, environ))
-    assert f"--journal-path {journal}: " in line
+    assert f"--journal.path {journal}: " in line
     assert "journal: journal" not in line

@@ -222,28 +222,28 @@ def test_the_readme_shows_every_role_and_links_the_install_docs() -> None:
 def test_the_checks_find_what_they_are_for(tmp_path: Path) -> None:
     doc = tmp_path / "doc.md"
     doc.write_text(
-        "# Title\n\n```sh\nnodesync agent --no-such-flag \\\n  --sync-period 10s\n"
+        "# Title\n\n```sh\nnodesync agent --no-such-flag \\\n  --sync.period 10s\n"
         "kubectl -n nodesync get pods\nnodesync contoller\n```\n\n"
-        "Run `nodesync plan` with `--payload` and `--delete-nodes` and `--cri-endpoint`\n"
+        "Run `nodesync plan` with `--payload` and `--rollback.delete-nodes` and `--cri.endpoint`\n"
         "in namespace `nodesync`.\n\n"
-        "## `nodesync controller`\n\n| flag | meaning |\n|---|---|\n| `--dry-run` | x |\n"
-        "| `--sync-period` | y |\n| `nodesync sim nodes` | z |\n",
+        "## `nodesync controller`\n\n| flag | meaning |\n|---|---|\n| `--rollback.dry-run` | x |\n"
+        "| `--sync.period` | y |\n| `nodesync sim nodes` | z |\n",
         encoding="utf-8",
     )
     found, problems = mentions(doc, tmp_path)
     assert [(m.command, m.flags) for m in found] == [
-        (("agent",), ("--no-such-flag", "--sync-period")),
+        (("agent",), ("--no-such-flag", "--sync.period")),
         (("contoller",), ()),
         (("plan",), ()),
         (("controller",), ()),
-        (("controller",), ("--dry-run",)),
-        (("controller",), ("--sync-period",)),
+        (("controller",), ("--rollback.dry-run",)),
+        (("controller",), ("--sync.period",)),
         (("sim", "nodes"), ()),
     ]
     assert check(found, problems) == [
-        "doc.md:10: --cri-endpoint is no flag of nodesync plan",
+        "doc.md:10: --cri.endpoint is no flag of nodesync plan",
         "doc.md:4: nodesync agent: no flag --no-such-flag",
         "doc.md:7: nodesync contoller: no such command",
-        "doc.md:18: nodesync controller: no flag --sync-period",
+        "doc.md:18: nodesync controller: no flag --sync.period",
         "doc.md:19: nodesync sim nodes: no such command",
     ]

@@ -77,7 +77,7 @@ class SimAPIServer:
             f"127.0.0.1:{self.port}",
             "--kubeconfig",
             str(self.kubeconfig),
-            "--log-level",
+            "--log.level",
             "warning",
         ]
         if self.history_limit is not None:

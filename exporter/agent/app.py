@@ -57,7 +57,7 @@ LANDING_PAGE = landing_page(
 
 async def _api_side(settings: AgentSettings, registry: CollectorRegistry) -> APIConnection | None:
     if not settings.node_name:
-        log.warning("no --node-name (NODE_NAME): running without the API server's view")
+        log.warning("no --node.name (NODE_NAME): running without the API server's view")
         return None
     from exporter.agent.api_connection import connect  # loads the API boundary
 

@@ -5,7 +5,7 @@ sync. Each source fails on its own: a frozen containerd does not stop the host p
 
 The containers' resource usage (CRI ListContainerStats) is not part of a sync cycle: at 110
 pods it costs containerd and its shims ~100x the state calls, so it is refreshed on a period
-of its own (:meth:`AgentSync.run_stats`, ``--stats-period``) and published into the same state.
+of its own (:meth:`AgentSync.run_stats`, ``--stats.period``) and published into the same state.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ interval), while this controller leads:
 
 1. The intake decides every new alert in the journal.
 2. Every active NodeRollback without a driver gets one, oldest first; node rollbacks only while
-   fewer than ``--max-concurrent-rollbacks`` are being driven (the others stay queued). A
+   fewer than ``--guard.max-concurrent-rollbacks`` are being driven (the others stay queued). A
    rollback that waits (for its node's agent, a PodDisruptionBudget, a pause) has no driver
    until its next attempt is due, so it holds no slot.
-3. Finished NodeRollbacks older than ``--rollback-retention`` are deleted.
+3. Finished NodeRollbacks older than ``--rollback.retention`` are deleted.
 
 Driving one rollback (exporter.controller.driver) runs its steps in order. For each: the live
 state is checked again (exporter.controller.steps); the step is recorded ``running`` with what
@@ -20,9 +20,9 @@ idempotent and finds out what its first run did (a cordon it made, a node it del
 record ends up matching the cluster. A rollback whose node recovered is cancelled and given
 back (the cordon and taint its record says it made, or may have made).
 
-Only the leader decides and drives (``--leader-elect``); losing the lead cancels the drivers,
-and the next leader resumes from the NodeRollbacks. With ``--dry-run`` nothing is written to
-the API server: decisions are logged and saved as dry runs, and nothing is driven.
+Only the leader decides and drives (``--leader-election.enabled``); losing the lead cancels the
+drivers, and the next leader resumes from the NodeRollbacks. With ``--rollback.dry-run`` nothing
+is written to the API server: decisions are logged and saved as dry runs, and nothing is driven.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ LEADER_CHECK_INTERVAL = 0.5
 DRAIN_TIMEOUT = 5.0
 
 #: How often finished NodeRollbacks are looked at for deletion, at most (more often with a
-#: shorter ``--rollback-retention``).
+#: shorter ``--rollback.retention``).
 RETENTION_INTERVAL = 60.0
 
 
@@ -106,7 +106,8 @@ class ClusterSource(Protocol):
 
 
 class Leadership(Protocol):
-    """exporter.kube.leader.LeaderElector, or ``AlwaysLeader`` without ``--leader-elect``."""
+    """exporter.kube.leader.LeaderElector, or ``AlwaysLeader`` without
+    ``--leader-election.enabled``."""
 
     @property
     def is_leader(self) -> bool: ...

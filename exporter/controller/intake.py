@@ -14,9 +14,9 @@ The decision is saved in the journal after its effect in the cluster, so an aler
 NodeRollback could not be created is decided again; one that was created and whose decision
 was not saved (a crash in between) finds its rollback active and joins it.
 
-With ``--dry-run`` nothing is written to the API server: the NodeRollback a plan would create is
-logged, the decision saved as ``dry_run``, and the dry-run decisions count against the budget of
-later ones as real rollbacks would.
+With ``--rollback.dry-run`` nothing is written to the API server: the NodeRollback a plan would
+create is logged, the decision saved as ``dry_run``, and the dry-run decisions count against the
+budget of later ones as real rollbacks would.
 """
 
 from __future__ import annotations

@@ -820,7 +820,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
         if current > SCHEMA_VERSION:
             raise JournalError(
                 f"journal schema version {current} is newer than this nodesync's "
-                f"({SCHEMA_VERSION}): use a newer nodesync or another --journal-path"
+                f"({SCHEMA_VERSION}): use a newer nodesync or another --journal.path"
             )
         for statements in _MIGRATIONS[current:]:
             for statement in statements:

@@ -1,7 +1,7 @@
 """Whether the journal takes writes, and what the controller does while it does not.
 
 The webhook records through :meth:`JournalHealth.record`: every delivery must commit within
-``--journal-commit-timeout``. A delivery the journal could not commit is answered 503 (the
+``--journal.commit-timeout``. A delivery the journal could not commit is answered 503 (the
 webhook's part) and the journal is reported *not writable*: ``/readyz`` fails with the reason,
 ``nodesync_journal_writable`` is 0, and one WARNING line says why (not one per request). It
 stays so until a write commits again: a later delivery, or the probe (a write about the size of

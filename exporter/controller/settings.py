@@ -42,20 +42,22 @@ TOKEN_ENV: Final = "NODESYNC_WEBHOOK_TOKEN"
 
 # How the cluster view reads the API server: the controller's and ``nodesync plan``'s.
 WAVE_LABEL = Setting(
-    "--wave-label",
+    "--wave.label",
     "",
     "node label whose value names a node's scale-out wave; empty: waves by creation time",
     text("LABEL"),
     doc="node label whose value names a node's scale-out wave; empty: waves by creation time only",
+    aliases=("--wave-label",),
 )
 WAVE_GAP = Setting(
-    "--wave-gap",
+    "--wave.gap",
     "2m",
     "nodes created at most this long after the previous one join its scale-out wave; "
     "a wave closes (its size is frozen) once no node joined it for this long",
     POSITIVE_DURATION,
     doc="a node created at most this long after the previous one joins its wave; a wave "
     "closes (its size is frozen) once no node joined it for this long",
+    aliases=("--wave-gap",),
 )
 
 
@@ -90,19 +92,21 @@ class WebhookSettings:
     needed to serve the webhook. TLS needs both the certificate and the key, or neither."""
 
     journal_path: str = setting(
-        "--journal-path",
+        "--journal.path",
         "/var/lib/nodesync/journal.db",
         "SQLite file holding the controller's intake: received alerts and what was decided",
         PATH,
+        aliases=("--journal-path",),
     )
     journal_retention: float = setting(
-        "--journal-retention",
+        "--journal.retention",
         "168h",
         "forget deliveries, and alerts (with their decisions), last seen longer ago than this",
         POSITIVE_DURATION,
+        aliases=("--journal-retention",),
     )
     journal_commit_timeout: float = setting(
-        "--journal-commit-timeout",
+        "--journal.commit-timeout",
         "2s",
         "a delivery not committed to the journal this long after it was read (a frozen "
         "filesystem, a lock another process holds) is answered 503, and the controller is not "
@@ -111,6 +115,7 @@ class WebhookSettings:
         doc="a delivery whose commit has not finished this long after its body was read is "
         "answered `503` (Alertmanager retries), and `/readyz` fails until a write commits "
         "again; also how long a write waits for a lock another process holds",
+        aliases=("--journal-commit-timeout",),
     )
     token_file: str = setting(
         "--webhook.token-file",
@@ -148,9 +153,9 @@ class WebhookSettings:
         if self.max_body_bytes <= 0:
             raise ValueError("--webhook.max-body-bytes must be positive")
         if self.journal_retention <= 0:
-            raise ValueError("--journal-retention must be positive")
+            raise ValueError("--journal.retention must be positive")
         if self.journal_commit_timeout <= 0:
-            raise ValueError("--journal-commit-timeout must be positive")
+            raise ValueError("--journal.commit-timeout must be positive")
 
     @property
     def has_token(self) -> bool:
@@ -178,92 +183,106 @@ class ExecutorSettings:
     """The rollback executor's settings, and the policy its guards enforce."""
 
     dry_run: bool = setting(
-        "--dry-run",
+        "--rollback.dry-run",
         "false",
         "plan and record every alert, write nothing to the API server",
         BOOLEAN,
+        aliases=("--dry-run",),
     )
     policy: GuardPolicy = group(GuardPolicy)
     api_qps: float = setting(
-        "--api-qps",
+        "--apiserver.qps",
         "5",
         "API writes per second on average (token bucket refill)",
         POSITIVE_NUMBER,
+        aliases=("--api-qps",),
     )
     api_burst: int = setting(
-        "--api-burst",
+        "--apiserver.burst",
         "10",
         "API writes at once (token bucket size)",
         POSITIVE_COUNT,
+        aliases=("--api-burst",),
     )
     eviction_timeout: float = setting(
-        "--eviction-timeout",
+        "--drain.eviction-timeout",
         "30m",
         "how long evictions a PodDisruptionBudget refuses are retried (with backoff, from the "
         "drain's first attempt) before the step fails; the rollback waits without a slot",
         POSITIVE_DURATION,
+        aliases=("--eviction-timeout",),
     )
     cleanup_ack_timeout: float = setting(
-        "--cleanup-ack-timeout",
+        "--cleanup.ack-timeout",
         "1m",
         "when a node is unreachable (no fresh Lease) and its agent has not taken up the "
         "cleanup request this long after it was made, a node rollback goes on without it",
         POSITIVE_DURATION,
+        aliases=("--cleanup-ack-timeout",),
     )
     cleanup_timeout: float = setting(
-        "--cleanup-timeout",
+        "--cleanup.timeout",
         "5m",
         "how long to wait for the node's agent to finish its runtime cleanup (from the request)",
         POSITIVE_DURATION,
+        aliases=("--cleanup-timeout",),
     )
     rollback_retention: float = setting(
-        "--rollback-retention",
+        "--rollback.retention",
         "168h",
         "finished NodeRollbacks are deleted this long after they finished",
         POSITIVE_DURATION,
+        aliases=("--rollback-retention",),
     )
     leader_elect: bool = setting(
-        "--leader-elect",
+        "--leader-election.enabled",
         "false",
         "execute plans only while holding the leader Lease",
         BOOLEAN,
+        aliases=("--leader-elect",),
     )
     leader_elect_namespace: str = setting(
-        "--leader-elect-namespace",
+        "--leader-election.namespace",
         "nodesync",
         "namespace of the leader Lease",
         NAME,
+        aliases=("--leader-elect-namespace",),
     )
     leader_elect_name: str = setting(
-        "--leader-elect-name",
+        "--leader-election.name",
         "nodesync-controller",
         "name of the leader Lease",
         NAME,
+        aliases=("--leader-elect-name",),
     )
     leader_elect_identity: str = setting(
-        "--leader-elect-identity",
+        "--leader-election.identity",
         "",
         "this controller's identity in the leader Lease (set it to the pod's name); "
         "empty: hostname and process id",
         NAME,
+        aliases=("--leader-elect-identity",),
     )
     leader_elect_lease_duration: float = setting(
-        "--leader-elect-lease-duration",
+        "--leader-election.lease-duration",
         "15s",
         "how long the other replicas wait after the leader's last renewal before they take over",
         POSITIVE_DURATION,
+        aliases=("--leader-elect-lease-duration",),
     )
     leader_elect_renew_deadline: float = setting(
-        "--leader-elect-renew-deadline",
+        "--leader-election.renew-deadline",
         "10s",
         "how long the leader keeps trying to renew before it stops leading",
         POSITIVE_DURATION,
+        aliases=("--leader-elect-renew-deadline",),
     )
     leader_elect_retry_period: float = setting(
-        "--leader-elect-retry-period",
+        "--leader-election.retry-period",
         "2s",
         "how often the leader renews, and the others try to take over",
         POSITIVE_DURATION,
+        aliases=("--leader-elect-retry-period",),
     )
 
     def __post_init__(self) -> None:
@@ -273,13 +292,13 @@ class ExecutorSettings:
             < self.leader_elect_lease_duration
         ):
             raise ValueError(
-                "need --leader-elect-retry-period < --leader-elect-renew-deadline < "
-                "--leader-elect-lease-duration"
+                "need --leader-election.retry-period < --leader-election.renew-deadline < "
+                "--leader-election.lease-duration"
             )
         if self.rollback_retention < self.policy.max_rollbacks_window:
             # The blast-radius budget counts the NodeRollbacks of the window: one deleted
             # before the window ends would no longer count.
-            raise ValueError("--rollback-retention must be at least --max-rollbacks-window")
+            raise ValueError("--rollback.retention must be at least --guard.max-rollbacks-window")
 
     @property
     def leader_identity(self) -> str:

@@ -18,15 +18,15 @@ did, and finds out what the first run did:
   (exporter.model.drain: not mirrors, DaemonSet pods, finished or terminating ones; bare and
   emptyDir pods as ``--drain.force`` and ``--drain.delete-emptydir-data`` say), each evicted
   once per attempt through the Eviction API; a PodDisruptionBudget's refusal makes the step
-  wait and try again with backoff until ``--eviction-timeout`` after its first attempt, then it
-  fails (``pdb_blocked``): nothing is forced.
+  wait and try again with backoff until ``--drain.eviction-timeout`` after its first attempt,
+  then it fails (``pdb_blocked``): nothing is forced.
 - CLEANUP_RUNTIME: sets the Node annotation ``nodesync.io/cleanup-request`` to the request id
   (the NodeRollback's uid) and waits for the agent's ``nodesync.io/cleanup-status`` with that
   id. When the cleanup cannot run — the agent reports that the runtime cannot be read, or the
   node is unreachable (its Lease is stale or missing) and its agent has not taken the request
-  up within ``--cleanup-ack-timeout`` — a node rollback goes on without it (the node is going
+  up within ``--cleanup.ack-timeout`` — a node rollback goes on without it (the node is going
   away, its runtime state with it) and says so; a cleanup of orphans fails. An agent on a
-  reachable node that does not finish within ``--cleanup-timeout`` fails the step: nothing is
+  reachable node that does not finish within ``--cleanup.timeout`` fails the step: nothing is
   deleted without a cleanup or proof that none can run, and the rollback says what to do.
 - VERIFY: a rolled-back node is cordoned (or gone) and its cleanup was done or skipped with its
   reason; a skipped cleanup on a node nodesync may not delete is reported as needing a person.
@@ -471,7 +471,7 @@ class StepRunner:
                     f"node {node.name} is {what}",
                     action_required=f"node {node.name} is cordoned and drained, but its runtime "
                     f"was not cleaned up ({cleanup.reason}): delete the Node (nodesync does "
-                    "with --delete-nodes) or repair its runtime, then uncordon it",
+                    "with --rollback.delete-nodes) or repair its runtime, then uncordon it",
                 )
         return StepResult(StepState.DONE, f"node {node.name} is {what}")
 

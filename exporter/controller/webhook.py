@@ -3,7 +3,7 @@ journal before it answers 2xx.
 
 Alertmanager retries a notification only on a 5xx answer. So: 401/413/415/400/408 only for
 requests no retry can fix (auth, size, type or encoding, malformed payload, a body that did not
-arrive); 503 when the journal cannot commit within ``--journal-commit-timeout`` (locked, disk
+arrive); 503 when the journal cannot commit within ``--journal.commit-timeout`` (locked, disk
 full, frozen, closed, the file deleted or replaced: exporter.controller.journal_health), so
 Alertmanager tries again; 500 for anything unexpected; 200 only once ``Journal.record`` returned,
 i.e. the delivery is on disk. Every answer is JSON. Client mistakes are counted by reason and

@@ -1,7 +1,7 @@
 """The async side of the API write budget: wait for a token of a shared TokenBucket.
 
-One limiter is shared by every writer of a process (the controller's ``--api-qps`` and
-``--api-burst``). Waiters are served in arrival order (an asyncio.Lock is fair), and a waiter
+One limiter is shared by every writer of a process (the controller's ``--apiserver.qps`` and
+``--apiserver.burst``). Waiters are served in arrival order (an asyncio.Lock is fair), and a waiter
 that is cancelled takes no token.
 """
 

@@ -134,8 +134,8 @@ class RollbackMetrics:
             families.append(
                 GaugeMetricFamily(
                     "nodesync_api_write_tokens",
-                    "API write tokens left in the controller's token bucket (--api-burst at "
-                    "most, refilled at --api-qps).",
+                    "API write tokens left in the controller's token bucket (--apiserver.burst at "
+                    "most, refilled at --apiserver.qps).",
                     value=status.api_write_tokens,
                 )
             )

@@ -147,7 +147,7 @@ def _stats_families(stats: RuntimeStats) -> list[Metric]:
     taken = GaugeMetricFamily(
         "nodesync_runtime_stats_timestamp_seconds",
         "Unix time the containers' resource usage exported was read (CRI ListContainerStats, "
-        "every --stats-period).",
+        "every --stats.period).",
     )
     taken.add_metric([], stats.taken_at)
     return [working_set, writable, taken]

@@ -92,58 +92,68 @@ class GuardPolicy:
     """What a rollback may do, as the flags say (shared by the controller and ``plan``)."""
 
     delete_nodes: bool = setting(
-        "--delete-nodes",
+        "--rollback.delete-nodes",
         "false",
         "end a node rollback by deleting the Node",
         BOOLEAN,
+        aliases=("--delete-nodes",),
     )
     scaleout_window: float = setting(
-        "--scaleout-window",
+        "--guard.scaleout-window",
         "30m",
         "only nodes created at most this long before their trouble began are rolled back",
         POSITIVE_DURATION,
+        aliases=("--scaleout-window",),
     )
     max_rollbacks: int = setting(
-        "--max-rollbacks",
+        "--guard.max-rollbacks",
         "10",
-        "at most this many nodes rolled back within --max-rollbacks-window, all waves together",
+        "at most this many nodes rolled back within --guard.max-rollbacks-window, all waves "
+        "together",
         COUNT,
+        aliases=("--max-rollbacks",),
     )
     max_rollbacks_window: float = setting(
-        "--max-rollbacks-window",
+        "--guard.max-rollbacks-window",
         "1h",
-        "the sliding window --max-rollbacks counts in",
+        "the sliding window --guard.max-rollbacks counts in",
         POSITIVE_DURATION,
+        aliases=("--max-rollbacks-window",),
     )
     max_rollback_fraction: float = setting(
-        "--max-rollback-fraction",
+        "--guard.max-rollback-fraction",
         "0.1",
         "at most this fraction of a scale-out wave is rolled back (at least one node)",
         FRACTION,
+        aliases=("--max-rollback-fraction",),
     )
     correlated_failure_fraction: float = setting(
-        "--correlated-failure-fraction",
+        "--guard.correlated-failure-fraction",
         "0.3",
         "pause every action while at least this fraction of the established nodes fail",
         FRACTION,
+        aliases=("--correlated-failure-fraction",),
     )
     correlated_failure_min_nodes: int = setting(
-        "--correlated-failure-min-nodes",
+        "--guard.correlated-failure-min-nodes",
         "2",
         "... and at least this many established nodes fail",
         POSITIVE_COUNT,
+        aliases=("--correlated-failure-min-nodes",),
     )
     node_monitor_grace_period: float = setting(
-        "--node-monitor-grace-period",
+        "--guard.node-monitor-grace-period",
         "50s",
         "a Lease older than this is stale (kube-controller-manager's flag of that name)",
         POSITIVE_DURATION,
+        aliases=("--node-monitor-grace-period",),
     )
     max_concurrent_rollbacks: int = setting(
-        "--max-concurrent-rollbacks",
+        "--guard.max-concurrent-rollbacks",
         "3",
         "node rollbacks running at once; further ones wait",
         POSITIVE_COUNT,
+        aliases=("--max-concurrent-rollbacks",),
     )
     drain: DrainPolicy = group(DrainPolicy)  # which pods a drain evicts
 
@@ -456,13 +466,13 @@ def evaluate(
         return Refusal(
             BLAST_RADIUS_FRACTION,
             f"{wave.used} of {wave.size} nodes of wave {node.wave_id} were rolled back "
-            f"(--max-rollback-fraction {policy.max_rollback_fraction:g} allows {wave.limit})",
+            f"(--guard.max-rollback-fraction {policy.max_rollback_fraction:g} allows {wave.limit})",
         )
     rolled = state.nodes_in_window(now, policy.max_rollbacks_window)
     if node.name not in rolled and len(rolled) >= policy.max_rollbacks:
         return Refusal(
             BLAST_RADIUS_ABSOLUTE,
             f"{len(rolled)} nodes were rolled back within {policy.max_rollbacks_window:g} s "
-            f"(--max-rollbacks {policy.max_rollbacks})",
+            f"(--guard.max-rollbacks {policy.max_rollbacks})",
         )
     return None

@@ -59,7 +59,7 @@ class StepKind(enum.Enum):
     EVICT_POD = "evict_pod"  # evict one pod (namespace/name, uid checked)
     CLEANUP_RUNTIME = "cleanup_runtime"  # ask the node's agent to remove drift's orphans
     VERIFY = "verify"  # the node is back in a known state (or gone)
-    DELETE_NODE = "delete_node"  # only with --delete-nodes
+    DELETE_NODE = "delete_node"  # only with --rollback.delete-nodes
 
 
 class StepState(enum.Enum):

@@ -5,7 +5,7 @@ a wave, so the wave's size is its denominator and must not move once the scale-o
 
 Membership (by the API server's creation timestamps):
 
-- Nodes carrying the wave label (``--wave-label``, non-empty value) belong to the wave named by
+- Nodes carrying the wave label (``--wave.label``, non-empty value) belong to the wave named by
   that value. Label values cannot contain ``:``, so they never clash with time-named waves.
 - Other nodes are sorted by creation time (then name); a node joins the wave of the node created
   just before it if it was created at most ``gap_seconds`` after it, else it opens a new wave.

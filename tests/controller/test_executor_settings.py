@@ -37,27 +37,27 @@ def test_defaults() -> None:
 
 def test_flags_and_environment() -> None:
     environ = {
-        "NODESYNC_DRY_RUN": "true",
-        "NODESYNC_MAX_ROLLBACK_FRACTION": "0.25",
-        "NODESYNC_LEADER_ELECT_IDENTITY": "pod-a",
+        "NODESYNC_ROLLBACK_DRY_RUN": "true",
+        "NODESYNC_GUARD_MAX_ROLLBACK_FRACTION": "0.25",
+        "NODESYNC_LEADER_ELECTION_IDENTITY": "pod-a",
     }
     argv = [
-        "--delete-nodes=yes",
-        "--scaleout-window=45m",
-        "--max-rollbacks=4",
-        "--max-rollbacks-window=2h",
-        "--correlated-failure-fraction=0.5",
-        "--correlated-failure-min-nodes=3",
-        "--node-monitor-grace-period=40s",
-        "--max-concurrent-rollbacks=1",
-        "--api-qps=2.5",
-        "--api-burst=4",
-        "--eviction-timeout=30s",
-        "--cleanup-timeout=1m",
-        "--leader-elect=true",
-        "--leader-elect-namespace=ops",
-        "--leader-elect-name=hook",
-        "--max-rollback-fraction=0.2",  # the flag wins over the environment
+        "--rollback.delete-nodes=yes",
+        "--guard.scaleout-window=45m",
+        "--guard.max-rollbacks=4",
+        "--guard.max-rollbacks-window=2h",
+        "--guard.correlated-failure-fraction=0.5",
+        "--guard.correlated-failure-min-nodes=3",
+        "--guard.node-monitor-grace-period=40s",
+        "--guard.max-concurrent-rollbacks=1",
+        "--apiserver.qps=2.5",
+        "--apiserver.burst=4",
+        "--drain.eviction-timeout=30s",
+        "--cleanup.timeout=1m",
+        "--leader-election.enabled=true",
+        "--leader-election.namespace=ops",
+        "--leader-election.name=hook",
+        "--guard.max-rollback-fraction=0.2",  # the flag wins over the environment
     ]
     settings = parse(argv, environ)
     assert settings.dry_run is True
@@ -82,15 +82,15 @@ def test_flags_and_environment() -> None:
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--max-rollback-fraction=1.5"],
-        ["--correlated-failure-fraction=-0.1"],
-        ["--max-rollbacks=-1"],
-        ["--max-concurrent-rollbacks=0"],
-        ["--api-qps=0"],
-        ["--api-qps=inf"],
-        ["--api-burst=0"],
-        ["--dry-run=maybe"],
-        ["--cleanup-timeout=0s"],
+        ["--guard.max-rollback-fraction=1.5"],
+        ["--guard.correlated-failure-fraction=-0.1"],
+        ["--guard.max-rollbacks=-1"],
+        ["--guard.max-concurrent-rollbacks=0"],
+        ["--apiserver.qps=0"],
+        ["--apiserver.qps=inf"],
+        ["--apiserver.burst=0"],
+        ["--rollback.dry-run=maybe"],
+        ["--cleanup.timeout=0s"],
     ],
 )
 def test_malformed_values_stop_at_start(
@@ -105,16 +105,16 @@ def test_a_malformed_environment_value_names_the_variable(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit):
-        parse([], {"NODESYNC_DELETE_NODES": "sometimes"})
-    assert "NODESYNC_DELETE_NODES" in capsys.readouterr().err
+        parse([], {"NODESYNC_ROLLBACK_DELETE_NODES": "sometimes"})
+    assert "NODESYNC_ROLLBACK_DELETE_NODES" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [
-        (["--leader-elect-retry-period", "12s"], "--leader-elect-retry-period"),
-        (["--leader-elect-lease-duration", "5s"], "--leader-elect-lease-duration"),
-        (["--rollback-retention", "30m"], "--rollback-retention"),
+        (["--leader-election.retry-period", "12s"], "--leader-election.retry-period"),
+        (["--leader-election.lease-duration", "5s"], "--leader-election.lease-duration"),
+        (["--rollback.retention", "30m"], "--rollback.retention"),
     ],
 )
 def test_settings_that_contradict_each_other_are_refused_naming_the_flags(

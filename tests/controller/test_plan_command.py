@@ -89,7 +89,10 @@ async def test_json_from_stdin(
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
     text = payload_file(tmp_path, ["new-1", "cp-1", "nowhere"]).read_text()
     monkeypatch.setattr("sys.stdin", io.StringIO(text))
-    environ = {"NODESYNC_DELETE_NODES": "true", "NODESYNC_MAX_ROLLBACK_FRACTION": "1"}
+    environ = {
+        "NODESYNC_ROLLBACK_DELETE_NODES": "true",
+        "NODESYNC_GUARD_MAX_ROLLBACK_FRACTION": "1",
+    }
     args = parse(["--kubeconfig", str(kubeconfig), "--output", "json"], environ)
     assert await run(args) == 0
     report = json.loads(capsys.readouterr().out)

@@ -107,11 +107,11 @@ def test_a_leader_killed_after_the_cordon_the_other_controller_finishes_the_roll
 
 
 def test_the_blast_radius_holds_across_a_failover(scene: Scene) -> None:
-    """--max-rollbacks=2, five failing nodes of one wave in one notification. The first leader
+    """--guard.max-rollbacks=2, five failing nodes of one wave in one notification. The first leader
     dies right after creating its first NodeRollback; the second gets every alert again and
     counts that NodeRollback in the budget: two in total, three refused."""
     nodes = [scene.add_node(str(i)) for i in range(5)]
-    args = (*ROLLBACK_ARGS, "--max-rollbacks=2")
+    args = (*ROLLBACK_ARGS, "--guard.max-rollbacks=2")
     proxy = scene.proxy("first")
     proxy.trap(rollback_created())
     second = scene.controller("second", *args, start=False)

@@ -1,7 +1,7 @@
 """Issue 12's stale-answer acceptance on the real kube-apiserver: a ``nodesync.io/cleanup-status``
 an earlier rollback left on a node is never taken as the answer to a new one. With no agent
 answering and the node reachable (its Lease fresh), the new rollback fails on cleanup
-(``cleanup_timeout``) and the node is not deleted, though ``--delete-nodes`` is on.
+(``cleanup_timeout``) and the node is not deleted, though ``--rollback.delete-nodes`` is on.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_a_cleanup_answer_left_by_an_earlier_rollback_never_answers_a_new_one(
         for suffix, old in (("plan-1", "nodesync-plan-1"), ("uid", str(uuid.uuid4())))
     }
     scene.agent_answers = False  # no agent answers; the nodes' Leases are fresh: reachable
-    only = scene.controller("only", *ROLLBACK_ARGS, "--cleanup-timeout=3s", leader_elect=False)
+    only = scene.controller("only", *ROLLBACK_ARGS, "--cleanup.timeout=3s", leader_elect=False)
     scene.deliver([only], *(alert(node) for node in stale))
     scene.until(
         lambda: scene.phases() == ["Failed", "Failed"], "both rollbacks to fail on their cleanup"

@@ -37,13 +37,13 @@ def test_defaults() -> None:
             id="environment",
         ),
         pytest.param(
-            ["--wave-gap", "1m30s", "--wave-label", "b", "--kubeconfig", "/k"],
+            ["--wave.gap", "1m30s", "--wave.label", "b", "--kubeconfig", "/k"],
             {"NODESYNC_WAVE_GAP": "10m", "NODESYNC_WAVE_LABEL": "a"},
             ("0.0.0.0", 9618, "/k", "b", 90.0),
             id="flags-win-over-environment",
         ),
         pytest.param(
-            ["--wave-label", ""],
+            ["--wave.label", ""],
             {"NODESYNC_WAVE_LABEL": "a"},
             ("0.0.0.0", 9618, "", "", 120.0),
             id="empty-wave-label-means-by-creation-time",
@@ -58,7 +58,7 @@ def test_sources(
 
 
 @pytest.mark.parametrize(
-    "argv", [["--wave-gap", "0s"], ["--wave-gap", "soon"], ["--web.listen-address", "9618"]]
+    "argv", [["--wave.gap", "0s"], ["--wave.gap", "soon"], ["--web.listen-address", "9618"]]
 )
 def test_bad_values_are_rejected(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
@@ -73,4 +73,4 @@ def test_bad_environment_stops_with_the_variable_name(capsys: pytest.CaptureFixt
 
 
 def test_log_fields() -> None:
-    assert log_fields(parse(["--wave-label", "x"]))["wave_label"] == "x"
+    assert log_fields(parse(["--wave.label", "x"]))["wave_label"] == "x"

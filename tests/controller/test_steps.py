@@ -388,7 +388,7 @@ async def test_a_pdb_makes_the_drain_wait_then_fail_without_forcing(env: Env) ->
     assert isinstance(result, Wait)
     assert result.reason == PDB_BLOCKED
     assert "default/db" in result.message
-    # Past --eviction-timeout from the first attempt: the step fails and asks for a person.
+    # Past --drain.eviction-timeout from the first attempt: the step fails and asks for a person.
     late = started(rollback(env), StepKind.DRAIN, ago=SETTINGS.eviction_timeout + 1)
     result = await env.runner.execute(late, index)
     assert not isinstance(result, Wait)
@@ -534,7 +534,7 @@ async def test_verify_asks_for_a_person_when_a_skipped_cleanup_leaves_the_node(e
     assert not isinstance(result, Wait)
     assert result.state is StepState.DONE
     assert "delete the Node" in result.action_required
-    # With --delete-nodes the deletion follows: nobody needs to act.
+    # With --rollback.delete-nodes the deletion follows: nobody needs to act.
     deleting = dataclasses.replace(r, spec=dataclasses.replace(r.spec, delete_node=True))
     result = await env.runner.execute(deleting, at(r, StepKind.VERIFY))
     assert not isinstance(result, Wait)

@@ -50,7 +50,7 @@ def test_defaults() -> None:
 
 def test_flags_and_environment() -> None:
     settings = parse(
-        ["--journal-path", "/data/j.db", "--webhook.max-body-bytes", "4096"],
+        ["--journal.path", "/data/j.db", "--webhook.max-body-bytes", "4096"],
         {
             "NODESYNC_WEBHOOK_TOKEN_FILE": "/etc/nodesync/token",
             "NODESYNC_WEBHOOK_MAX_BODY_BYTES": "100",

@@ -12,7 +12,7 @@ from tests.deploy.manifests import Obj, env
 #: Values for the variables a pod gets from elsewhere (the downward API, a Secret).
 FROM_ELSEWHERE = {
     "NODE_NAME": "node-a",
-    "NODESYNC_LEADER_ELECT_IDENTITY": "nodesync-controller-0",
+    "NODESYNC_LEADER_ELECTION_IDENTITY": "nodesync-controller-0",
     TOKEN_ENV: "a-token",
 }
 

@@ -245,9 +245,10 @@ def test_the_controller_takes_its_token_from_the_secret_and_keeps_its_journal() 
     }
     assert spec["ports"] == [{"name": "http", "containerPort": CONTROLLER_PORT, "protocol": "TCP"}]
     args, _ = parse_container(spec)
-    assert args.dry_run is False
-    assert args.leader_elect is False
-    assert args.delete_nodes is False  # deleting Nodes is opt-in: deploy/components/delete-nodes
+    assert args.rollback_dry_run is False
+    assert args.leader_election_enabled is False
+    # Deleting Nodes is opt-in: deploy/components/delete-nodes.
+    assert args.rollback_delete_nodes is False
     # The journal's directory is the claim's volume.
     mount = next(m for m in spec["volumeMounts"] if args.journal_path.startswith(m["mountPath"]))
     pod = deployment["spec"]["template"]["spec"]

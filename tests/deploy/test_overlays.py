@@ -67,9 +67,9 @@ def test_dry_run_differs_from_standard_in_the_dry_run_flag_only() -> None:
     changed = [k for k in standard if standard[k] != dry_run[k]]
     assert changed == [("Deployment", "nodesync", "nodesync-controller")]
     deployment = dry_run[changed[0]]
-    assert env(container(deployment, "controller"))["NODESYNC_DRY_RUN"]["value"] == "true"
-    assert _without_env(deployment, "NODESYNC_DRY_RUN") == _without_env(
-        standard[changed[0]], "NODESYNC_DRY_RUN"
+    assert env(container(deployment, "controller"))["NODESYNC_ROLLBACK_DRY_RUN"]["value"] == "true"
+    assert _without_env(deployment, "NODESYNC_ROLLBACK_DRY_RUN") == _without_env(
+        standard[changed[0]], "NODESYNC_ROLLBACK_DRY_RUN"
     )
 
 
@@ -87,8 +87,8 @@ def test_ha_runs_two_controllers_with_leader_election_and_a_rolling_update() -> 
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
     }
     variables = env(container(deployment, "controller"))
-    assert variables["NODESYNC_LEADER_ELECT"]["value"] == "true"
-    assert variables["NODESYNC_LEADER_ELECT_IDENTITY"]["valueFrom"] == {
+    assert variables["NODESYNC_LEADER_ELECTION_ENABLED"]["value"] == "true"
+    assert variables["NODESYNC_LEADER_ELECTION_IDENTITY"]["valueFrom"] == {
         "fieldRef": {"fieldPath": "metadata.name"}
     }
     volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
@@ -102,7 +102,7 @@ def test_ha_runs_two_controllers_with_leader_election_and_a_rolling_update() -> 
 def test_ha_pod_template_is_the_base_deployments_plus_leader_election() -> None:
     base = one(build(BASE), "Deployment", "nodesync-controller")
     ha = one(build(OVERLAYS / "ha"), "Deployment", "nodesync-controller")
-    names = ("NODESYNC_LEADER_ELECT", "NODESYNC_LEADER_ELECT_IDENTITY")
+    names = ("NODESYNC_LEADER_ELECTION_ENABLED", "NODESYNC_LEADER_ELECTION_IDENTITY")
     ours = _without_env(ha, *names)["spec"]["template"]
     theirs = _without_env(base, *names)["spec"]["template"]
     # The differences on purpose: spread over nodes, the journal on an emptyDir.
@@ -138,9 +138,12 @@ def test_deleting_nodes_is_a_component_with_its_permission() -> None:
         objects = build_with([overlay], [COMPONENTS / "delete-nodes"])
         assert deletes(objects)
         workload = controller_workload(objects)
-        assert env(container(workload, "controller"))["NODESYNC_DELETE_NODES"]["value"] == "true"
-        assert _without_env(workload, "NODESYNC_DELETE_NODES") == _without_env(
-            controller_workload(plain), "NODESYNC_DELETE_NODES"
+        assert (
+            env(container(workload, "controller"))["NODESYNC_ROLLBACK_DELETE_NODES"]["value"]
+            == "true"
+        )
+        assert _without_env(workload, "NODESYNC_ROLLBACK_DELETE_NODES") == _without_env(
+            controller_workload(plain), "NODESYNC_ROLLBACK_DELETE_NODES"
         )
 
 

@@ -74,7 +74,8 @@ async def test_a_failed_real_node_and_a_crash_loop_are_rolled_back_and_nothing_e
         await prom.wait_for_async(_firing(CRASH_LOOPING, pod=CRASHING_POD), within=60)
         await prom.wait_for_async(_firing(NOT_READY, node=REAL), within=60)
 
-        # They reach the hook, which rolls the real node back to the end (--delete-nodes) ...
+        # They reach the hook, which rolls the real node back to the end
+        # (--rollback.delete-nodes) ...
         await eventually(
             lambda: "NodesyncDeleteNode" in _event_reasons(chain, REAL), "the node deleted", 60
         )

@@ -4,7 +4,7 @@ controller with its webhook and executor, the test API server between them.
 The node failed to join (Ready False, no Lease) and its containerd holds an orphan sandbox (a pod
 the API server no longer has). One Alertmanager delivery for it must end with: the orphan gone
 from the real containerd, the desired pod's sandbox still there, the node cordoned and tainted,
-then deleted (``--delete-nodes``), and an Event for every step.
+then deleted (``--rollback.delete-nodes``), and an Event for every step.
 """
 
 from __future__ import annotations

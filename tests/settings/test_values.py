@@ -88,7 +88,7 @@ def test_listen_address_rejects(text: str) -> None:
 
 def test_env_name() -> None:
     assert env_name("--web.listen-address") == "NODESYNC_WEB_LISTEN_ADDRESS"
-    assert env_name("--cri-timeout") == "NODESYNC_CRI_TIMEOUT"
+    assert env_name("--cri.timeout") == "NODESYNC_CRI_TIMEOUT"
 
 
 @pytest.mark.parametrize(

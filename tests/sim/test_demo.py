@@ -41,7 +41,7 @@ def _read_until(proc: subprocess.Popen[str], pattern: re.Pattern[str], within: f
 
 def test_demo_rolls_the_failed_node_back_and_stops_cleanly_on_ctrl_c() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "demo", "--log-level", "warning"],
+        [sys.executable, "-m", "exporter", "demo", "--log.level", "warning"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

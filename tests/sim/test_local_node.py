@@ -39,7 +39,7 @@ def test_sim_node_serves_example_pods_and_cleans_up_on_ctrl_c(
                 "node",
                 "--web.listen-address",
                 f"127.0.0.1:{unused_tcp_port}",
-                "--sync-period",
+                "--sync.period",
                 "200ms",
             ],
             stdout=log,

@@ -73,19 +73,19 @@ WEBHOOK_TOKEN = "acceptance-" + secrets.token_hex(8)
 
 #: Leader election short enough for a test, long enough for two busy cores.
 LEADER_ELECTION = (
-    "--leader-elect=true",
-    "--leader-elect-lease-duration=3s",
-    "--leader-elect-renew-deadline=2s",
-    "--leader-elect-retry-period=0.5s",
+    "--leader-election.enabled=true",
+    "--leader-election.lease-duration=3s",
+    "--leader-election.renew-deadline=2s",
+    "--leader-election.retry-period=0.5s",
 )
 
 #: Flags of every controller here: node rollbacks end with the deletion, the budget lets each
 #: test's nodes be rolled back, and API writes are not throttled to a crawl.
 ROLLBACK_ARGS = (
-    "--delete-nodes=true",
-    "--max-rollback-fraction=1",
-    "--api-qps=100",
-    "--api-burst=100",
+    "--rollback.delete-nodes=true",
+    "--guard.max-rollback-fraction=1",
+    "--apiserver.qps=100",
+    "--apiserver.burst=100",
 )
 #: The Events of a node rollback that ran every step, each once.
 NODE_ROLLBACK_EVENTS = (
@@ -270,16 +270,16 @@ class Controller:
             "controller",
             f"--kubeconfig={kubeconfig}",
             f"--web.listen-address=127.0.0.1:{self.port}",
-            f"--journal-path={self.journal}",
-            f"--wave-label={WAVE_LABEL}",
-            "--log-level=info",
+            f"--journal.path={self.journal}",
+            f"--wave.label={WAVE_LABEL}",
+            "--log.level=info",
         ]
         if leader_elect:
             self.argv += [
                 *LEADER_ELECTION,
-                f"--leader-elect-namespace={scene.namespace}",
-                f"--leader-elect-name={LEADER_LEASE}",
-                f"--leader-elect-identity={identity}",
+                f"--leader-election.namespace={scene.namespace}",
+                f"--leader-election.name={LEADER_LEASE}",
+                f"--leader-election.identity={identity}",
             ]
         self.argv += list(args)
         warm = scene.pool.take()
