@@ -293,7 +293,9 @@ async def test_an_eviction_is_confirmed_by_the_kubelet_and_a_cordon_changes_noth
         assert env.sim.timeline.of("w-000", timeline.POD_DELETED)
         assert not env.sim.runtimes["w-000"].has(uid)
         deletes = [e for e in env.audit.entries if e.verb == "delete" and e.resource == "pods"]
-        assert [e.name for e in deletes] == ["app-w-000-0"]
+        # Only that pod (a delete whose answer came late on a busy machine is retried, and the
+        # retry finds the pod gone: attempts are what the audit records).
+        assert {e.name for e in deletes} == {"app-w-000-0"}
         posts = len(env.sim.timeline.of("w-001"))
         heartbeat = env.ready("w-001")["lastHeartbeatTime"]
         await eventually(
