@@ -1,7 +1,8 @@
 """The whole local chain, on 127.0.0.1 free ports, from a scenario:
 
 1. the test API server (in process, so that old nodes get their creation times; every write
-   is audited by user, each component having its own token);
+   is audited by user, each component having its own token), over HTTPS with a CA made at
+   start, and a kubeconfig for kubectl (:attr:`Chain.admin_kubeconfig`);
 2. a private containerd (nodesync_sim.containerd) with the scenario's orphan sandboxes, when the
    scenario has a real node;
 3. the real agent (``nodesync agent``'s app) for the real node, with its kubelet's healthz;
@@ -53,6 +54,7 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.settings.declare import changed, settings_of
 from nodesync_sim.apiserver import APIServer, write_kubeconfig
+from nodesync_sim.apiserver.tls import make_serving_certificate
 from nodesync_sim.containerd import LocalContainerd
 from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod
@@ -174,17 +176,25 @@ class Chain:
         }
         if self.real_node is not None:
             found["real agent"] = f"http://127.0.0.1:{self.agent_port}/metrics"
+        if self.containerd is not None:
+            found["containerd"] = self.containerd.endpoint
         if self.alertmanager is not None:
             found["alertmanager"] = self.alertmanager.url
         if self.prometheus is not None:
             found["prometheus"] = self.prometheus.url
         if self.workdir is not None:
-            found["kubeconfig"] = str(self.kubeconfig(SIM_USER))
+            found["kubeconfig"] = str(self.admin_kubeconfig)
         return found
 
     def kubeconfig(self, user: str) -> Path:
         assert self.workdir is not None
         return self.workdir / f"kubeconfig-{user}"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        """The kubeconfig for a person (kubectl): the API server's own admin token."""
+        assert self.workdir is not None
+        return self.workdir / "kubeconfig"
 
     # ------------------------------------------------------------------ start
 
@@ -203,10 +213,14 @@ class Chain:
 
     async def _start(self, targets_within: float) -> None:
         assert self.workdir is not None
+        # HTTPS, as a real API server: kubectl sends its token over HTTPS only.
+        tls = await asyncio.to_thread(make_serving_certificate, self.workdir / "pki")
+        self.api.tls = tls
         await self.api.start()
         self.api.store.add_listener(self.node_history)
         for user, token in self._tokens.items():
-            write_kubeconfig(self.kubeconfig(user), self.api.url, token)
+            write_kubeconfig(self.kubeconfig(user), self.api.url, token, ca_pem=tls.ca_pem)
+        self.api.write_kubeconfig(self.admin_kubeconfig)
         if self.scenario.real_node is not None:
             await self._start_real_node()
         await self._start_controller()
