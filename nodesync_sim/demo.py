@@ -201,9 +201,11 @@ class _Stopper:
         self.broken_output = False
 
     def on_signal(self, sig: int) -> None:
-        if self.signal is None and not self.broken_output:
+        if self.signal is None:
+            # Even when the output broke first: with `| tee` and Ctrl-C, tee may die a moment
+            # before the demo gets its SIGINT, and the exit code is still Ctrl-C's.
             self.signal = sig
-        elif self.event.is_set():
+        else:
             log.warning("%s: still stopping, everything is removed first", signal.strsignal(sig))
         self.event.set()
 
@@ -212,7 +214,7 @@ class _Stopper:
         self.event.set()
 
     def exit_code(self) -> int:
-        """128 + the signal (the shell's convention), 1 for a broken output, else 0."""
+        """128 + the signal (the shell's convention), else 1 for a broken output, else 0."""
         if self.signal is not None:
             return 128 + self.signal
         return 1 if self.broken_output else 0
@@ -271,6 +273,8 @@ async def run_demo(args: argparse.Namespace, stream: TextIO) -> int:
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
+        # Everything is removed: a late Ctrl-C must not end in a KeyboardInterrupt traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if leftovers:
         if out.broken:
             log.error("left behind: %s", ", ".join(leftovers))

@@ -197,6 +197,11 @@ def test_demo_rolls_the_failed_node_back_and_stops_cleanly_on_ctrl_c() -> None:
         assert "NodesyncNewNodeNotReady(real-1)" in shown
         assert "NodesyncNewNodePodCrashLooping" in shown
         started = started_by(proc.pid, shown)
+        kubeconfig = str(started.directories[0] / "kubeconfig")
+        rollbacks = _kubectl(kubeconfig, "get", "noderollbacks", "-o", "wide")
+        assert rollbacks.returncode == 0, rollbacks.stderr
+        assert re.search(r"^NAME\s+NODE\s+ACTION\s+PHASE\s+STEP\s+REASON", rollbacks.stdout)
+        assert re.search(r"\sreal-1\s+rollback_node\s+Succeeded\s", rollbacks.stdout), rollbacks
         proc.send_signal(signal.SIGINT)
         rest, err = _finish(proc)
     finally:
@@ -218,7 +223,11 @@ def _kubectl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_kubectl_sees_the_demo_nodes_and_a_hangup_removes_everything() -> None:
+@pytest.mark.parametrize("stop_signal", [signal.SIGHUP, signal.SIGTERM], ids=lambda s: s.name)
+def test_kubectl_sees_the_demo_nodes_and_a_stop_signal_removes_everything(
+    stop_signal: signal.Signals,
+) -> None:
+    """SIGHUP: the terminal went away; SIGTERM: kill, or a service manager."""
     proc = _start_demo()
     try:
         shown = _read_until(proc, WAVE_JOINS, 90)
@@ -245,11 +254,11 @@ def test_kubectl_sees_the_demo_nodes_and_a_hangup_removes_everything() -> None:
         assert described.returncode == 0, described.stderr
         assert re.search(rf"^Name:\s+{old}$", described.stdout, re.M), described.stdout
         assert "Non-terminated Pods:" in described.stdout
-        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(stop_signal)
         rest, err = _finish(proc)
     finally:
         _stop(proc)
-    assert proc.returncode == 128 + signal.SIGHUP, rest + err
+    assert proc.returncode == 128 + stop_signal, rest + err
     assert CLEAN in rest
     assert "Traceback" not in err, err
     assert_nothing_left(started)
