@@ -21,20 +21,24 @@ mount and cgroup; it returns what it could not remove (empty when clean).
         await chain.prometheus.wait_for_async('ALERTS{alertstate="firing"}', within=60)
 
 Everything in-process runs in the caller's event loop; the processes are started from worker
-threads so the loop keeps serving while they come up.
+threads so the loop keeps serving while they come up. :meth:`Chain.start` may be cancelled (a
+Ctrl-C while it starts): a process coming up in a worker thread is waited for, then everything
+started so far is stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import shutil
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -70,6 +74,8 @@ from nodesync_sim.scaleout.simulator import Simulator
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 def shipped(*parts: str) -> Path:
     """A file the package carries: the shipped rules and Alertmanager route are package data
@@ -90,6 +96,32 @@ AGENT_JOB = "nodesync-agent"
 SIM_JOB = "nodesync-agent-sim"
 
 _EXECUTOR_SETTINGS = frozenset(s.dest for s in settings_of(ExecutorSettings))
+
+
+async def _start_in_thread(start: Callable[[], T]) -> T:
+    """``start()`` in a worker thread. Cancelled meanwhile, it still waits for ``start`` to
+    return before it raises CancelledError: what is half started is then complete, and
+    :meth:`Chain.stop` never races with it."""
+    task = asyncio.ensure_future(asyncio.to_thread(start))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
+        raise
+
+
+#: How long an in-process part (the simulator, a web server, a client) may take to stop before
+#: the stop goes on without it: the processes, mounts and files after it are still removed.
+STOP_STEP_TIMEOUT = 20.0
+
+
+async def _bounded(what: str, step: Awaitable[None]) -> None:
+    try:
+        await asyncio.wait_for(step, STOP_STEP_TIMEOUT)
+    except TimeoutError:
+        log.warning("%s did not stop within %g s; stopping the rest", what, STOP_STEP_TIMEOUT)
 
 
 async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
@@ -213,8 +245,9 @@ class Chain:
 
     async def _start(self, targets_within: float) -> None:
         assert self.workdir is not None
+        workdir = self.workdir
         # HTTPS, as a real API server: kubectl sends its token over HTTPS only.
-        tls = await asyncio.to_thread(make_serving_certificate, self.workdir / "pki")
+        tls = await _start_in_thread(lambda: make_serving_certificate(workdir / "pki"))
         self.api.tls = tls
         await self.api.start()
         self.api.store.add_listener(self.node_history)
@@ -238,7 +271,7 @@ class Chain:
         assert self.scenario.real_node is not None
         real = self.scenario.real_node
         containerd = self.containerd = LocalContainerd()
-        await asyncio.to_thread(containerd.start)
+        await _start_in_thread(containerd.start)
         sleeper = [ContainerSpec("app", ["/bin/sleep", "inf"])]
         for i in range(real.orphan_sandboxes):
             # A pod of an earlier attempt that the API server no longer has.
@@ -369,7 +402,7 @@ class Chain:
             token_file=token_file,
         )
         self.alertmanager = LocalAlertmanager(config, base_dir=self.workdir)
-        await asyncio.to_thread(self.alertmanager.start)
+        await _start_in_thread(self.alertmanager.start)
         rule_files = rewrite_rules(
             sorted(self._rules_dir.glob("*.yml")), self.scenario.rules, self.workdir / "rules"
         )
@@ -382,7 +415,7 @@ class Chain:
             alertmanager_url=self.alertmanager.url,
             base_dir=self.workdir,
         )
-        await asyncio.to_thread(self.prometheus.start)
+        await _start_in_thread(self.prometheus.start)
 
     def start_waves(self) -> None:
         """Scenario time 0: the waves join."""
@@ -398,18 +431,18 @@ class Chain:
                 await asyncio.to_thread(service.cleanup)
                 leftovers += service.leftovers()
         if self.simulator is not None:
-            await self.simulator.stop()
+            await _bounded("the simulator", self.simulator.stop())
         for runner in reversed(self._runners):
-            await runner.cleanup()
+            await _bounded("a web server of the chain", runner.cleanup())
         self._runners.clear()
         for api in self._clients:
-            await api.close()
+            await _bounded("an API client", api.close())
         self._clients.clear()
         if self.containerd is not None:
             await asyncio.to_thread(self.containerd.cleanup)
             leftovers += self.containerd.leftovers()
         self.api.store.remove_listener(self.node_history)
-        await self.api.stop()
+        await _bounded("the test API server", self.api.stop())
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             if self.workdir.exists():

@@ -199,6 +199,9 @@ class _Stopper:
         self.event = asyncio.Event()
         self.signal: int | None = None
         self.broken_output = False
+        #: The chain's start while it runs: a stop cancels it (Chain.start then stops
+        #: what it started, once a process coming up in a worker thread is up).
+        self.starting: asyncio.Task[None] | None = None
 
     def on_signal(self, sig: int) -> None:
         if self.signal is None:
@@ -207,11 +210,17 @@ class _Stopper:
             self.signal = sig
         else:
             log.warning("%s: still stopping, everything is removed first", signal.strsignal(sig))
-        self.event.set()
+        self._stop()
 
     def on_broken_output(self) -> None:
         self.broken_output = True
+        self._stop()
+
+    def _stop(self) -> None:
         self.event.set()
+        # Once: another cancel would interrupt the stopping of what was started.
+        if self.starting is not None and not self.starting.cancelling():
+            self.starting.cancel()
 
     def exit_code(self) -> int:
         """128 + the signal (the shell's convention), else 1 for a broken output, else 0."""
@@ -243,7 +252,7 @@ async def run_demo(args: argparse.Namespace, stream: TextIO) -> int:
     out = Output(stream, stopper.on_broken_output)
     loop = asyncio.get_running_loop()
     # Installed before anything starts and kept until everything is removed: a signal during
-    # the start or the cleanup never interrupts them (it stops the chain once started).
+    # the start cancels it (and what was started is stopped), during the cleanup it is noted.
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stopper.on_signal, sig)
     chain = Chain(scenario, log_level=args.log_level)
@@ -255,7 +264,14 @@ async def run_demo(args: argparse.Namespace, stream: TextIO) -> int:
                 "simulator, Prometheus, Alertmanager) ..."
             )
             if not stopper.event.is_set():
-                await chain.start()
+                stopper.starting = asyncio.ensure_future(chain.start())
+                try:
+                    await stopper.starting
+                except asyncio.CancelledError:
+                    if not stopper.event.is_set():
+                        raise  # not ours: the demo itself is being cancelled
+                finally:
+                    stopper.starting = None
             if not stopper.event.is_set():
                 for name, where in chain.endpoints().items():
                     out.line(f"  {name:17s} {where}")

@@ -12,10 +12,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -26,38 +28,69 @@ WAVE_JOINS = re.compile(r"^the wave joins now")
 CLEAN = "stopped; nothing left running or mounted."
 
 
+#: Each demo's stderr (by PID): a file, not a pipe nobody reads while the test waits for a
+#: line of its stdout (a full pipe would block the demo).
+_STDERR: dict[int, IO[bytes]] = {}
+
+
 def _start_demo(*extra: str, stdout: int = subprocess.PIPE) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _stderr, once it has exited)
+    proc = subprocess.Popen(
         [sys.executable, "-m", "exporter", "demo", "--log-level", "warning", *extra],
         stdout=stdout,
-        stderr=subprocess.PIPE if stdout == subprocess.PIPE else subprocess.STDOUT,
+        stderr=stderr,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    _STDERR[proc.pid] = stderr
+    return proc
+
+
+def _stderr(proc: subprocess.Popen[str]) -> str:
+    stderr = _STDERR.pop(proc.pid, None)
+    if stderr is None:
+        return ""
+    with stderr:
+        stderr.seek(0)
+        return stderr.read().decode(errors="replace")
+
+
+#: What was read of each demo's output (by PID) and not returned yet: a chunk holds more than
+#: the line looked for.
+_UNREAD: dict[int, str] = {}
 
 
 def _read_until(proc: subprocess.Popen[str], pattern: re.Pattern[str], within: float) -> str:
-    """The output so far, once a line matches ``pattern``; fails after ``within`` seconds."""
+    """The output so far, once a line matches ``pattern``; fails after ``within`` seconds.
+    Reads the pipe itself (not through the file object, whose buffer select cannot see)."""
     assert proc.stdout is not None
-    seen: list[str] = []
+    descriptor = proc.stdout.fileno()
+    seen = ""
+    pending = _UNREAD.pop(proc.pid, "")
     deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if not ready:
-            assert proc.poll() is None, "".join(seen)
-            continue
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if pattern.search(line):
-            return "".join(seen)
-    raise AssertionError(f"no line matched {pattern.pattern!r}:\n{''.join(seen)}")
+    while True:
+        while "\n" in pending:
+            line, pending = pending.split("\n", 1)
+            seen += line + "\n"
+            if pattern.search(line):
+                _UNREAD[proc.pid] = pending
+                return seen
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no line matched {pattern.pattern!r}:\n{seen}{pending}")
+        ready, _, _ = select.select([descriptor], [], [], 0.5)
+        if ready:
+            chunk = os.read(descriptor, 65536)
+            if not chunk:
+                raise AssertionError(f"no line matched {pattern.pattern!r}:\n{seen}{pending}")
+            pending += chunk.decode()
+        else:
+            assert proc.poll() is None, seen + pending
 
 
 def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
-    """Its output once it has exited; a demo still running after ``timeout`` (a test failed
-    before stopping it) gets SIGTERM, so that it still removes what it started."""
+    """Its output once it has exited (what was not read yet); a demo still running after
+    ``timeout`` (a test failed before stopping it) gets SIGTERM, so that it still removes
+    what it started."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -67,7 +100,7 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return out or "", err or ""
+    return _UNREAD.pop(proc.pid, "") + (out or ""), (err or "") + _stderr(proc)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -80,6 +113,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    _stderr(proc)
 
 
 # -------------------------------------------------------------------- what the demo started
@@ -138,8 +172,7 @@ def _directories(shown: str) -> tuple[Path, ...]:
     return Path(kubeconfig.group(1)).parent, Path(containerd.group(1)).parent
 
 
-def started_by(demo_pid: int, shown: str) -> Started:
-    directories = _directories(shown)
+def started_by(demo_pid: int, directories: tuple[Path, ...]) -> Started:
     assert all(d.is_dir() for d in directories), directories
     table = list(_processes())
     roots = {demo_pid} | {
@@ -155,6 +188,18 @@ def started_by(demo_pid: int, shown: str) -> Started:
     processes = frozenset((pid, starts[pid]) for pid in found - {demo_pid})
     commands = tuple(cmd for pid, _, _, cmd in table if pid in found - {demo_pid})
     return Started(directories, processes, commands)
+
+
+def _containerd_directory(demo_pid: int, within: float) -> Path:
+    """The directory of the containerd the demo started, once it runs (its config file's)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        for _, ppid, _, cmd in _processes():
+            found = re.match(r"containerd --config (\S+)/config\.toml", cmd)
+            if ppid == demo_pid and found:
+                return Path(found.group(1))
+        time.sleep(0.05)  # polling /proc: no event tells when a process starts
+    raise AssertionError(f"the demo started no containerd within {within} s")
 
 
 def _mounts_under(directories: tuple[Path, ...]) -> list[str]:
@@ -196,7 +241,7 @@ def test_demo_rolls_the_failed_node_back_and_stops_cleanly_on_ctrl_c() -> None:
         # The alerts that caused the rollback fired and were seen by a person.
         assert "NodesyncNewNodeNotReady(real-1)" in shown
         assert "NodesyncNewNodePodCrashLooping" in shown
-        started = started_by(proc.pid, shown)
+        started = started_by(proc.pid, _directories(shown))
         kubeconfig = str(started.directories[0] / "kubeconfig")
         rollbacks = _kubectl(kubeconfig, "get", "noderollbacks", "-o", "wide")
         assert rollbacks.returncode == 0, rollbacks.stderr
@@ -231,7 +276,7 @@ def test_kubectl_sees_the_demo_nodes_and_a_stop_signal_removes_everything(
     proc = _start_demo()
     try:
         shown = _read_until(proc, WAVE_JOINS, 90)
-        started = started_by(proc.pid, shown)
+        started = started_by(proc.pid, _directories(shown))
         for binary in ("containerd ", "containerd-shim-runc-v2", "prometheus", "alertmanager"):
             assert any(binary in cmd for cmd in started.commands), started.commands
         command = re.search(r"kubectl --kubeconfig (\S+) get nodes$", shown, re.M)
@@ -264,6 +309,25 @@ def test_kubectl_sees_the_demo_nodes_and_a_stop_signal_removes_everything(
     assert_nothing_left(started)
 
 
+def test_ctrl_c_while_it_starts_stops_what_was_started() -> None:
+    """Ctrl-C once containerd runs, long before the chain is up: the start is cancelled and
+    what was started is removed."""
+    proc = _start_demo()
+    try:
+        shown = _read_until(proc, re.compile(r"^starting the chain"), 30)
+        containerd = _containerd_directory(proc.pid, within=60)
+        started = started_by(proc.pid, (containerd,))
+        proc.send_signal(signal.SIGINT)
+        rest, err = _finish(proc)
+    finally:
+        _stop(proc)
+    assert proc.returncode == 128 + signal.SIGINT, shown + rest + err
+    assert "the wave joins now" not in rest
+    assert CLEAN in rest
+    assert "Traceback" not in err, err
+    assert_nothing_left(started)
+
+
 def test_ctrl_c_with_the_output_gone_still_removes_everything() -> None:
     """As ``nodesync demo | tee log`` with Ctrl-C: tee dies first, the demo's next line meets
     a closed pipe."""
@@ -280,16 +344,19 @@ def test_ctrl_c_with_the_output_gone_still_removes_everything() -> None:
                 chunk = os.read(read_end, 65536)
                 assert chunk, shown
                 shown += chunk.decode()
-        started = started_by(proc.pid, shown)
+        started = started_by(proc.pid, _directories(shown))
         os.close(read_end)  # the reader is gone
         read_end = -1
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
+        err = _stderr(proc)
     finally:
         _stop(proc)
         if read_end >= 0:
             os.close(read_end)
-    assert proc.returncode == 128 + signal.SIGINT
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err, err
+    assert "BrokenPipeError" not in err, err
     assert_nothing_left(started)
 
 
