@@ -256,6 +256,7 @@ async def run_demo(args: argparse.Namespace, stream: TextIO) -> int:
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stopper.on_signal, sig)
     chain = Chain(scenario, log_level=args.log_level)
+    failed = False
     try:
         try:
             out.line(f"nodesync demo: {scenario.description}")
@@ -270,6 +271,11 @@ async def run_demo(args: argparse.Namespace, stream: TextIO) -> int:
                 except asyncio.CancelledError:
                     if not stopper.event.is_set():
                         raise  # not ours: the demo itself is being cancelled
+                except Exception as exc:  # a part did not start: say which, in a line or two
+                    log.debug("the chain did not start", exc_info=True)
+                    log.error("the chain did not start: %s", exc)
+                    failed = True
+                    stopper.event.set()
                 finally:
                     stopper.starting = None
             if not stopper.event.is_set():
@@ -297,4 +303,4 @@ async def run_demo(args: argparse.Namespace, stream: TextIO) -> int:
         out.line(f"left behind: {', '.join(leftovers)}")
         return 1
     out.line("stopped; nothing left running or mounted.")
-    return stopper.exit_code()
+    return 1 if failed else stopper.exit_code()
