@@ -1,7 +1,8 @@
 """The whole local chain, on 127.0.0.1 free ports, from a scenario:
 
 1. the test API server (in process, so that old nodes get their creation times; every write
-   is audited by user, each component having its own token);
+   is audited by user, each component having its own token), over HTTPS with a CA made at
+   start, and a kubeconfig for kubectl (:attr:`Chain.admin_kubeconfig`);
 2. a private containerd (nodesync_sim.containerd) with the scenario's orphan sandboxes, when the
    scenario has a real node;
 3. the real agent (``nodesync agent``'s app) for the real node, with its kubelet's healthz;
@@ -20,20 +21,24 @@ mount and cgroup; it returns what it could not remove (empty when clean).
         await chain.prometheus.wait_for_async('ALERTS{alertstate="firing"}', within=60)
 
 Everything in-process runs in the caller's event loop; the processes are started from worker
-threads so the loop keeps serving while they come up.
+threads so the loop keeps serving while they come up. :meth:`Chain.start` may be cancelled (a
+Ctrl-C while it starts): a process coming up in a worker thread is waited for, then everything
+started so far is stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import shutil
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -53,6 +58,7 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.settings.declare import changed, settings_of
 from nodesync_sim.apiserver import APIServer, write_kubeconfig
+from nodesync_sim.apiserver.tls import make_serving_certificate
 from nodesync_sim.containerd import LocalContainerd
 from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod
@@ -67,6 +73,8 @@ from nodesync_sim.scaleout.scenario import CRI_TIMEOUTS, Scenario
 from nodesync_sim.scaleout.simulator import Simulator
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def shipped(*parts: str) -> Path:
@@ -88,6 +96,32 @@ AGENT_JOB = "nodesync-agent"
 SIM_JOB = "nodesync-agent-sim"
 
 _EXECUTOR_SETTINGS = frozenset(s.dest for s in settings_of(ExecutorSettings))
+
+
+async def _start_in_thread(start: Callable[[], T]) -> T:
+    """``start()`` in a worker thread. Cancelled meanwhile, it still waits for ``start`` to
+    return before it raises CancelledError: what is half started is then complete, and
+    :meth:`Chain.stop` never races with it."""
+    task = asyncio.ensure_future(asyncio.to_thread(start))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
+        raise
+
+
+#: How long an in-process part (the simulator, a web server, a client) may take to stop before
+#: the stop goes on without it: the processes, mounts and files after it are still removed.
+STOP_STEP_TIMEOUT = 20.0
+
+
+async def _bounded(what: str, step: Awaitable[None]) -> None:
+    try:
+        await asyncio.wait_for(step, STOP_STEP_TIMEOUT)
+    except TimeoutError:
+        log.warning("%s did not stop within %g s; stopping the rest", what, STOP_STEP_TIMEOUT)
 
 
 async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
@@ -174,17 +208,25 @@ class Chain:
         }
         if self.real_node is not None:
             found["real agent"] = f"http://127.0.0.1:{self.agent_port}/metrics"
+        if self.containerd is not None:
+            found["containerd"] = self.containerd.endpoint
         if self.alertmanager is not None:
             found["alertmanager"] = self.alertmanager.url
         if self.prometheus is not None:
             found["prometheus"] = self.prometheus.url
         if self.workdir is not None:
-            found["kubeconfig"] = str(self.kubeconfig(SIM_USER))
+            found["kubeconfig"] = str(self.admin_kubeconfig)
         return found
 
     def kubeconfig(self, user: str) -> Path:
         assert self.workdir is not None
         return self.workdir / f"kubeconfig-{user}"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        """The kubeconfig for a person (kubectl): the API server's own admin token."""
+        assert self.workdir is not None
+        return self.workdir / "kubeconfig"
 
     # ------------------------------------------------------------------ start
 
@@ -203,10 +245,15 @@ class Chain:
 
     async def _start(self, targets_within: float) -> None:
         assert self.workdir is not None
+        workdir = self.workdir
+        # HTTPS, as a real API server: kubectl sends its token over HTTPS only.
+        tls = await _start_in_thread(lambda: make_serving_certificate(workdir / "pki"))
+        self.api.tls = tls
         await self.api.start()
         self.api.store.add_listener(self.node_history)
         for user, token in self._tokens.items():
-            write_kubeconfig(self.kubeconfig(user), self.api.url, token)
+            write_kubeconfig(self.kubeconfig(user), self.api.url, token, ca_pem=tls.ca_pem)
+        self.api.write_kubeconfig(self.admin_kubeconfig)
         if self.scenario.real_node is not None:
             await self._start_real_node()
         await self._start_controller()
@@ -224,7 +271,7 @@ class Chain:
         assert self.scenario.real_node is not None
         real = self.scenario.real_node
         containerd = self.containerd = LocalContainerd()
-        await asyncio.to_thread(containerd.start)
+        await _start_in_thread(containerd.start)
         sleeper = [ContainerSpec("app", ["/bin/sleep", "inf"])]
         for i in range(real.orphan_sandboxes):
             # A pod of an earlier attempt that the API server no longer has.
@@ -355,7 +402,7 @@ class Chain:
             token_file=token_file,
         )
         self.alertmanager = LocalAlertmanager(config, base_dir=self.workdir)
-        await asyncio.to_thread(self.alertmanager.start)
+        await _start_in_thread(self.alertmanager.start)
         rule_files = rewrite_rules(
             sorted(self._rules_dir.glob("*.yml")), self.scenario.rules, self.workdir / "rules"
         )
@@ -368,7 +415,7 @@ class Chain:
             alertmanager_url=self.alertmanager.url,
             base_dir=self.workdir,
         )
-        await asyncio.to_thread(self.prometheus.start)
+        await _start_in_thread(self.prometheus.start)
 
     def start_waves(self) -> None:
         """Scenario time 0: the waves join."""
@@ -384,18 +431,18 @@ class Chain:
                 await asyncio.to_thread(service.cleanup)
                 leftovers += service.leftovers()
         if self.simulator is not None:
-            await self.simulator.stop()
+            await _bounded("the simulator", self.simulator.stop())
         for runner in reversed(self._runners):
-            await runner.cleanup()
+            await _bounded("a web server of the chain", runner.cleanup())
         self._runners.clear()
         for api in self._clients:
-            await api.close()
+            await _bounded("an API client", api.close())
         self._clients.clear()
         if self.containerd is not None:
             await asyncio.to_thread(self.containerd.cleanup)
             leftovers += self.containerd.leftovers()
         self.api.store.remove_listener(self.node_history)
-        await self.api.stop()
+        await _bounded("the test API server", self.api.stop())
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             if self.workdir.exists():

@@ -5,8 +5,14 @@ its webhook and rollback executor, simulated nodes, and a real Prometheus and Al
 with the shipped rules and route. A wave joins; one node fails to join and another crash-loops a
 pod; the alerts fire and the hook rolls back exactly those. A line of summary is printed whenever
 something changes, and the NodeRollbacks as ``kubectl get noderollbacks`` lists them whenever
-one of them moves; Prometheus and Alertmanager stay up for a look until Ctrl-C, then everything
-is stopped and removed.
+one of them moves; the API server is HTTPS with a kubeconfig kubectl accepts, and
+Prometheus and Alertmanager stay up for a look.
+
+Everything it started (processes and containerd's shims, mounts, cgroups, directories) is
+stopped and removed on SIGINT (Ctrl-C), SIGTERM or SIGHUP (the exit code is then 128 + the
+signal's number), after ``--duration``, and when its standard output is a closed pipe
+(``| head``, or ``| tee`` that the same Ctrl-C killed first; exit code 1). It refuses to start
+as another user than root, in one line.
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import logging
+import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -124,7 +133,41 @@ async def summarize(chain: Chain, session: aiohttp.ClientSession) -> Summary:
     return Summary(len(nodes), ready, cordoned, tuple(firing), _actions(exposition), rollbacks)
 
 
-async def follow(chain: Chain, out: TextIO, stop: asyncio.Event, period: float = 1.0) -> None:
+class Output:
+    """The demo's standard output, line by line. When it is a closed pipe (``| head -1``, or
+    ``| tee`` killed by the same Ctrl-C), the lines are dropped from then on, the descriptor
+    points to /dev/null (the interpreter's last flush must not fail either) and ``on_broken``
+    is called once: the demo stops and cleans up as it does on a signal."""
+
+    def __init__(self, stream: TextIO, on_broken: Callable[[], None] = lambda: None) -> None:
+        self._stream = stream
+        self.on_broken = on_broken
+        self.broken = False
+
+    def line(self, text: str = "") -> None:
+        if self.broken:
+            return
+        try:
+            self._stream.write(text + "\n")
+            self._stream.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.broken = True
+            self._to_devnull()
+            self.on_broken()
+
+    def _to_devnull(self) -> None:
+        try:
+            descriptor = self._stream.fileno()
+        except (OSError, ValueError, io.UnsupportedOperation):
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, descriptor)
+        finally:
+            os.close(devnull)
+
+
+async def follow(chain: Chain, out: Output, stop: asyncio.Event, period: float = 1.0) -> None:
     """Print a summary line whenever it changes, until ``stop`` is set."""
     started = time.monotonic()
     last: Summary | None = None
@@ -136,16 +179,66 @@ async def follow(chain: Chain, out: TextIO, stop: asyncio.Event, period: float =
                 log.debug("summary not available: %s", exc)
             else:
                 if summary != last:
-                    print(f"[+{time.monotonic() - started:5.1f}s] {summary.line()}", file=out)
+                    out.line(f"[+{time.monotonic() - started:5.1f}s] {summary.line()}")
                     if summary.rollbacks and summary.rollbacks != (last and last.rollbacks):
-                        print(summary.table(), file=out)
-                    out.flush()
+                        out.line(summary.table())
                     last = summary
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), period)
 
 
-async def run_demo(args: argparse.Namespace, out: TextIO) -> int:
+#: The signals that stop the demo (and remove everything it started): Ctrl-C, kill, and the
+#: terminal going away. Its children run in sessions of their own, so only the demo gets them.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stopper:
+    """Why the demo stops: the first stop signal, or a broken output."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.signal: int | None = None
+        self.broken_output = False
+        #: The chain's start while it runs: a stop cancels it (Chain.start then stops
+        #: what it started, once a process coming up in a worker thread is up).
+        self.starting: asyncio.Task[None] | None = None
+
+    def on_signal(self, sig: int) -> None:
+        if self.signal is None:
+            # Even when the output broke first: with `| tee` and Ctrl-C, tee may die a moment
+            # before the demo gets its SIGINT, and the exit code is still Ctrl-C's.
+            self.signal = sig
+        else:
+            log.warning("%s: still stopping, everything is removed first", signal.strsignal(sig))
+        self._stop()
+
+    def on_broken_output(self) -> None:
+        self.broken_output = True
+        self._stop()
+
+    def _stop(self) -> None:
+        self.event.set()
+        # Once: another cancel would interrupt the stopping of what was started.
+        if self.starting is not None and not self.starting.cancelling():
+            self.starting.cancel()
+
+    def exit_code(self) -> int:
+        """128 + the signal (the shell's convention), else 1 for a broken output, else 0."""
+        if self.signal is not None:
+            return 128 + self.signal
+        return 1 if self.broken_output else 0
+
+
+NEEDS_ROOT = (
+    "the demo needs root: its private containerd mounts the pods' filesystems and creates "
+    "their cgroups (run it as root, e.g. with sudo)"
+)
+
+
+async def run_demo(args: argparse.Namespace, stream: TextIO) -> int:
+    if os.geteuid() != 0:
+        log.error(NEEDS_ROOT)
+        return 1
     missing = missing_containerd() + missing_prometheus()
     if missing:
         log.error("the demo needs these, missing: %s (run scripts/setup)", ", ".join(missing))
@@ -155,32 +248,59 @@ async def run_demo(args: argparse.Namespace, out: TextIO) -> int:
     except (ScenarioError, OSError) as exc:
         log.error("cannot load the scenario: %s", exc)
         return 2
-    stop = asyncio.Event()
+    stopper = _Stopper()
+    out = Output(stream, stopper.on_broken_output)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    # Installed before anything starts and kept until everything is removed: a signal during
+    # the start cancels it (and what was started is stopped), during the cleanup it is noted.
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stopper.on_signal, sig)
     chain = Chain(scenario, log_level=args.log_level)
+    failed = False
     try:
-        print(f"nodesync demo: {scenario.description}", file=out)
-        print(
-            "starting the chain (test API server, containerd, agent, controller, ", end="", file=out
-        )
-        print("simulator, Prometheus, Alertmanager) ...", file=out, flush=True)
-        await chain.start()
-        for name, where in chain.endpoints().items():
-            print(f"  {name:17s} {where}", file=out)
-        print("the wave joins now; Ctrl-C stops everything.", file=out, flush=True)
-        chain.start_waves()
-        if args.duration > 0:
-            loop.call_later(args.duration, stop.set)
-        await follow(chain, out, stop)
+        try:
+            out.line(f"nodesync demo: {scenario.description}")
+            out.line(
+                "starting the chain (test API server, containerd, agent, controller, "
+                "simulator, Prometheus, Alertmanager) ..."
+            )
+            if not stopper.event.is_set():
+                stopper.starting = asyncio.ensure_future(chain.start())
+                try:
+                    await stopper.starting
+                except asyncio.CancelledError:
+                    if not stopper.event.is_set():
+                        raise  # not ours: the demo itself is being cancelled
+                except Exception as exc:  # a part did not start: say which, in a line or two
+                    log.debug("the chain did not start", exc_info=True)
+                    log.error("the chain did not start: %s", exc)
+                    failed = True
+                    stopper.event.set()
+                finally:
+                    stopper.starting = None
+            if not stopper.event.is_set():
+                for name, where in chain.endpoints().items():
+                    out.line(f"  {name:17s} {where}")
+                out.line(
+                    f"look at the nodes: kubectl --kubeconfig {chain.admin_kubeconfig} get nodes"
+                )
+                out.line("the wave joins now; Ctrl-C stops everything.")
+                chain.start_waves()
+                if args.duration > 0:
+                    loop.call_later(args.duration, stopper.event.set)
+                await follow(chain, out, stopper.event)
+        finally:
+            out.line("stopping ...")
+            leftovers = await chain.stop()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
-        print("stopping ...", file=out, flush=True)
-        leftovers = await chain.stop()
+        # Everything is removed: a late Ctrl-C must not end in a KeyboardInterrupt traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if leftovers:
-        print(f"left behind: {', '.join(leftovers)}", file=out)
+        if out.broken:
+            log.error("left behind: %s", ", ".join(leftovers))
+        out.line(f"left behind: {', '.join(leftovers)}")
         return 1
-    print("stopped; nothing left running or mounted.", file=out)
-    return 0
+    out.line("stopped; nothing left running or mounted.")
+    return 1 if failed else stopper.exit_code()

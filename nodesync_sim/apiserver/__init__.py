@@ -5,7 +5,9 @@ PodDisruptionBudgets and nodesync's NodeRollback custom resource (nodesync.io/v1
 cluster-scoped, with a status subresource) from memory, with the behaviour clients rely on:
 resourceVersions, watches with bookmarks and 410 Expired, selectors, continue tokens, 409
 conflicts, graceful deletion, PDB-checked eviction, Status error bodies, bearer-token auth,
-and fault injection.
+fault injection, and optionally HTTPS with a CA of its own (`tls`), so that kubectl accepts
+the kubeconfig it writes; `kubectl get` gets Nodes and NodeRollbacks as a server-side Table
+(`tables`).
 Nothing in the product imports this package; tests and the demo do.
 
 Simplifications (each documented where it lives):
@@ -23,6 +25,8 @@ Simplifications (each documented where it lives):
   served); it is handled as apiextensions handles a custom resource with a status subresource,
   but its schema is not checked beyond metadata and `spec`/`status` being objects.
 - events.k8s.io/v1, aggregated discovery, protobuf and YAML bodies are not served.
+- Only Nodes and NodeRollbacks are served as a Table; other kinds are plain JSON, which kubectl
+  prints with its generic NAME and AGE columns.
 - A list with limit and resourceVersion="0" is paginated (the real watch cache may ignore limit).
 - One privilege no real server grants, for the simulator's old nodes: `Store.creation_time`
   gives one named object, when it is created, a creationTimestamp in the past.

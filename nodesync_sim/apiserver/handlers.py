@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nodesync_sim.apiserver import discovery, errors
+from nodesync_sim.apiserver import discovery, errors, tables
 from nodesync_sim.apiserver.deletion import DeleteOptions
 from nodesync_sim.apiserver.disruption import evict
 from nodesync_sim.apiserver.objects import StoredObject, dumps
@@ -64,6 +64,26 @@ def _dry_run(request: web.Request) -> bool:
     if any(v != "All" for v in values):
         raise errors.bad_request(f"dryRun: unsupported value {values!r}")
     return bool(values)
+
+
+def _as_table(request: web.Request, rt: ResourceType) -> bool:
+    return tables.has_table(rt) and tables.wants_table(request.headers.get("Accept", ""))
+
+
+def _table_response(
+    request: web.Request, rt: ResourceType, objs: list[StoredObject], metadata: dict[str, Any]
+) -> web.Response:
+    include = request.query.get("includeObject") or "Metadata"
+    return json_response(dumps(tables.table(rt, objs, metadata, include_object=include)))
+
+
+def list_metadata(result: ListResult) -> dict[str, Any]:
+    meta: dict[str, Any] = {"resourceVersion": str(result.resource_version)}
+    if result.continue_token:
+        meta["continue"] = result.continue_token
+    if result.remaining is not None:
+        meta["remainingItemCount"] = result.remaining
+    return meta
 
 
 def list_body(rt: ResourceType, result: ListResult) -> bytes:
@@ -128,7 +148,10 @@ async def handle_api(
         status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
         return json_response(dumps({**status, "code": 201}), 201)
     if verb == "get":
-        return json_response(store.get_object(rt, ns, info.name).full_bytes())
+        obj = store.get_object(rt, ns, info.name)
+        if _as_table(request, rt):
+            return _table_response(request, rt, [obj], {"resourceVersion": obj.resource_version})
+        return json_response(obj.full_bytes())
     if verb in ("list", "watch"):
         if sub:
             raise errors.method_not_allowed(request.method)
@@ -156,6 +179,8 @@ async def handle_api(
             resource_version=request.query.get("resourceVersion"),
             resource_version_match=request.query.get("resourceVersionMatch"),
         )
+        if _as_table(request, rt):
+            return _table_response(request, rt, result.items, list_metadata(result))
         return json_response(list_body(rt, result))
     if verb == "create":
         if sub or info.name:

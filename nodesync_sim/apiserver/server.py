@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import secrets
@@ -30,6 +31,7 @@ from nodesync_sim.apiserver.counters import RequestCounters
 from nodesync_sim.apiserver.faults import Faults
 from nodesync_sim.apiserver.history import DEFAULT_HISTORY_SECONDS
 from nodesync_sim.apiserver.store import Store
+from nodesync_sim.apiserver.tls import ServingCertificate
 
 if TYPE_CHECKING:
     import kubernetes.aio.client
@@ -38,12 +40,18 @@ if TYPE_CHECKING:
 DEFAULT_USER = "admin"
 
 
-def kubeconfig_document(url: str, token: str, name: str = "nodesync-sim") -> dict[str, Any]:
-    """A kubeconfig (as a dict) pointing at `url` with a bearer token."""
+def kubeconfig_document(
+    url: str, token: str, name: str = "nodesync-sim", *, ca_pem: str | None = None
+) -> dict[str, Any]:
+    """A kubeconfig (as a dict) pointing at `url` with a bearer token, trusting the CA
+    `ca_pem` (PEM text) when given."""
+    cluster: dict[str, str] = {"server": url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem.encode()).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": name, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
         "current-context": name,
@@ -51,13 +59,15 @@ def kubeconfig_document(url: str, token: str, name: str = "nodesync-sim") -> dic
     }
 
 
-def write_kubeconfig(path: str | os.PathLike[str], url: str, token: str) -> Path:
+def write_kubeconfig(
+    path: str | os.PathLike[str], url: str, token: str, *, ca_pem: str | None = None
+) -> Path:
     """Write a kubeconfig (JSON is valid YAML) readable only by the owner."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        json.dump(kubeconfig_document(url, token), fh, indent=2)
+        json.dump(kubeconfig_document(url, token, ca_pem=ca_pem), fh, indent=2)
     return target
 
 
@@ -77,8 +87,11 @@ class APIServer:
         bookmark_interval: float = 60.0,
         watch_timeout: float = 1800.0,
         authorizer: Authorizer = allow_all,
+        tls: ServingCertificate | None = None,
     ) -> None:
         self.host = host
+        #: HTTPS with this certificate when set (before :meth:`start`), else plain HTTP.
+        self.tls = tls
         self.port = port
         self.token = token or secrets.token_urlsafe(24)
         self.tokens: dict[str, str] = {self.token: DEFAULT_USER, **(extra_tokens or {})}
@@ -95,7 +108,8 @@ class APIServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     async def start(self) -> None:
         if self._runner is not None:
@@ -111,7 +125,8 @@ class APIServer:
             app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0
         )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        context = self.tls.server_context() if self.tls is not None else None
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True, ssl_context=context)
         try:
             await site.start()
         except BaseException:
@@ -173,7 +188,8 @@ class APIServer:
         )
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
-        return write_kubeconfig(path, self.url, self.token)
+        ca_pem = self.tls.ca_pem if self.tls is not None else None
+        return write_kubeconfig(path, self.url, self.token, ca_pem=ca_pem)
 
 
 class ThreadedAPIServer:
