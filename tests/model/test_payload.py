@@ -6,13 +6,22 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.model import payload
 from exporter.model.alerts import Alert, WebhookPayload
-from exporter.model.payload import MAX_ALERTS, PayloadError, decode_payload, parse_payload
+from exporter.model.payload import (
+    MAX_ALERTS,
+    MAX_NAME_LENGTH,
+    MAX_VALUE_LENGTH,
+    PayloadError,
+    decode_payload,
+    parse_payload,
+)
 from tests.model.payload_corpus import AM_BODY, INVALID, NAMES, RAW, T0, _delete, _set, body
 
 
@@ -240,3 +249,33 @@ def test_names_are_not_the_parser_s_business(data: bytes) -> None:
 
 def test_decode_accepts_what_alertmanager_posts() -> None:
     assert decode_payload(json.dumps(AM_BODY).encode()) == parse_payload(body())
+
+
+_LABEL_TEXT = st.text(st.characters(max_codepoint=0xFFFF), max_size=4) | st.sampled_from(
+    ["\ud800", "a\udfff", "", "n" * (MAX_NAME_LENGTH + 1)]  # lone surrogates; empty; too long
+)
+_LABEL_MAPS = st.dictionaries(
+    _LABEL_TEXT,
+    _LABEL_TEXT | st.integers() | st.none() | st.just("v" * (MAX_VALUE_LENGTH + 1)),
+    max_size=4,
+)
+
+
+def _labels_outcome(labels: object) -> tuple[str, object]:
+    data = body()
+    data["alerts"][0]["labels"] = labels
+    data["alerts"][0]["annotations"] = labels
+    try:
+        return "accepted", parse_payload(data)
+    except PayloadError as exc:
+        return "refused", exc.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LABEL_MAPS)
+def test_label_maps_are_judged_as_entry_by_entry(labels: dict[str, object]) -> None:
+    """Label and annotation maps are checked in one pass when every entry is valid; the
+    outcome, and the message naming the first bad entry, are those of checking each entry."""
+    fast = _labels_outcome(labels)
+    with mock.patch.object(payload, "_valid_strings", return_value=False):
+        assert _labels_outcome(labels) == fast
