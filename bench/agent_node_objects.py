@@ -459,10 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--other-pods", type=int, default=2000, help="pods bound to other nodes")
     parser.add_argument("--rounds", type=int, default=10, help="in-process API view rounds")
     parser.add_argument(
-        "--sync.period", type=float, default=10.0, help="the agent's --sync.period, in seconds"
+        "--sync-period", type=float, default=10.0, help="the agent's --sync.period, in seconds"
     )
     parser.add_argument(
-        "--stats.period", type=float, default=60.0, help="the agent's --stats.period, in seconds"
+        "--stats-period", type=float, default=60.0, help="the agent's --stats.period, in seconds"
     )
     args = parser.parse_args(argv)
     result = asyncio.run(

@@ -365,7 +365,7 @@ def test_a_closed_output_stops_the_demo_and_removes_everything() -> None:
     without a traceback."""
     # The first ten lines: up to the kubeconfig's, after the chain has started.
     proc = subprocess.Popen(
-        f"{sys.executable} -m exporter demo --log-level warning | head -n 10;"
+        f"{sys.executable} -m exporter demo --log.level warning | head -n 10;"
         " exit ${PIPESTATUS[0]}",
         shell=True,
         executable="/bin/bash",
