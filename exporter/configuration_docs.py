@@ -41,7 +41,7 @@ def _cell(text: str) -> str:
 def table(parser: argparse.ArgumentParser) -> str:
     rows = [_HEADER]
     for action in parser._actions:
-        if not isinstance(action, SettingAction):
+        if not isinstance(action, SettingAction) or action.help == argparse.SUPPRESS:
             continue
         s = action.setting
         flags = [s.flag]
