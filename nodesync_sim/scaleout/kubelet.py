@@ -297,6 +297,7 @@ class SimulatedKubelet:
             return
         if self._resync:
             await self._read_node()  # after a silence: compare with what the API holds now
+            await self._repost_pods(now)
             self._resync = False
         conditions = self._conditions(now)
         changed = any(self._posted.get(c.type) != c.status for c in conditions)
@@ -314,6 +315,19 @@ class SimulatedKubelet:
         if not self._app_pods_bound and self._posted.get("Ready") == "True":
             self._app_pods_bound = True
             await self._bind(daemonsets=False)
+
+    async def _repost_pods(self, now: float) -> None:
+        """After a silence the node lifecycle controller has turned the pods not ready: the
+        kubelet posts the status of those it runs (and that do not loop) again."""
+        for uid, pod in list(self._pods.on(self.name).items()):
+            run = self._runs.get(uid)
+            if run is None or run.started_at is None or run.looping or run.pending:
+                continue
+            if pod.info.deletion_timestamp is not None or pod.info.terminal:
+                continue
+            containers = [objects.running_container(c, run.started_at) for c in pod.containers]
+            status = objects.pod_status("Running", self._scheduled(pod), now, containers)
+            await self._client.patch_pod_status(pod.info.namespace, pod.info.name, status)
 
     async def _read_node(self) -> None:
         try:

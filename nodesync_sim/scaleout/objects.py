@@ -11,6 +11,7 @@ from typing import Any, Final
 from exporter.model.rfc3339 import format_time
 from nodesync_sim.scaleout.layout import OWNER_DAEMONSET, NodePlan, PodPlan
 from nodesync_sim.scaleout.runtime import IMAGE, Termination
+from nodesync_sim.scaleout.scenario import Taint
 
 JSONObject = dict[str, Any]
 
@@ -93,7 +94,7 @@ def node_body(plan: NodePlan, conditions: list[JSONObject], index: int) -> JSONO
             "labels": dict(plan.labels),
             "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
         },
-        "spec": {},
+        "spec": {"taints": [_taint(t) for t in plan.taints]} if plan.taints else {},
         "status": {
             "conditions": conditions,
             "addresses": [
@@ -112,6 +113,13 @@ def node_body(plan: NodePlan, conditions: list[JSONObject], index: int) -> JSONO
             },
         },
     }
+
+
+def _taint(taint: Taint) -> JSONObject:
+    out: JSONObject = {"key": taint.key, "effect": taint.effect}
+    if taint.value:
+        out["value"] = taint.value
+    return out
 
 
 def owner_uid(namespace: str, kind: str, name: str) -> str:
