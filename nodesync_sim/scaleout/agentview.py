@@ -48,12 +48,13 @@ NODE_LABEL = "node"
 _GIB = 1024**3
 
 
-def simulated_host(now: float) -> HostSnapshot:
-    """A roomy host: no eviction threshold is near."""
+def simulated_host(now: float, *, memory_pressure: bool = False) -> HostSnapshot:
+    """A roomy host: no eviction threshold is near (or memory is: 64 MiB available, under
+    kubelet's default memory.available<100Mi)."""
     return HostSnapshot(
         taken_at=now,
         memory_total_bytes=16 * _GIB,
-        memory_available_bytes=12 * _GIB,
+        memory_available_bytes=64 * 1024**2 if memory_pressure else 12 * _GIB,
         filesystems=(
             FilesystemStat(
                 "nodefs", "/var/lib/kubelet", 100 * _GIB, 60 * _GIB, 6_000_000, 5_000_000
@@ -166,6 +167,7 @@ class NodeAgent:
         drift_grace_seconds: float,
         clock: Callable[[], float] = time.time,
         down: Callable[[], bool] = lambda: False,
+        memory_pressure: Callable[[], bool] = lambda: False,
         node_object: Callable[[], NodeInfo | None] | None = None,
         writer: CleanupAPI | None = None,
     ) -> None:
@@ -176,7 +178,7 @@ class NodeAgent:
         self.sync = AgentSync(
             _Runtime(runtime, clock),
             _Kubelet(runtime, kubelet_alive, clock),
-            lambda: simulated_host(clock()),
+            lambda: simulated_host(clock(), memory_pressure=memory_pressure()),
             SyncMetrics(self.registry),
             api=view,
             drift_grace_seconds=drift_grace_seconds,
@@ -228,9 +230,15 @@ def with_node_label(per_node: Mapping[str, Iterable[Metric]]) -> list[Metric]:
 class AgentMetrics:
     """The agents of every simulated node, synced every ``period`` and served together."""
 
-    def __init__(self, period: float, exists: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        period: float,
+        exists: Callable[[str], bool],
+        fail_scrape: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.period = period
         self._exists = exists
+        self._fail_scrape = fail_scrape
         self.agents: dict[str, NodeAgent] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self.families))
@@ -271,6 +279,8 @@ class AgentMetrics:
         app = web.Application()
 
         async def metrics(request: web.Request) -> web.Response:
+            if self._fail_scrape():
+                return web.Response(status=503, text="overloaded\n")
             encode, content_type = choose_encoder(request.headers.get("Accept", ""))
             return web.Response(body=encode(self.registry), headers={"Content-Type": content_type})
 

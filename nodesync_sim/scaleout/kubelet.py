@@ -48,6 +48,7 @@ from nodesync_sim.scaleout.scenario import (
     CRI_TIMEOUTS,
     FAULT_KINDS,
     LEASE_STOPS,
+    MEMORY_PRESSURE,
     NEVER_READY,
     OOM_LOOP,
     PODS_PENDING,
@@ -169,7 +170,8 @@ class SimulatedKubelet:
         return "True", objects.READY_REASON, objects.READY_MESSAGE
 
     def _conditions(self, now: float) -> list[objects.Condition]:
-        return objects.kubelet_conditions(*self.ready_view(now))
+        pressure = self.plan.active(MEMORY_PRESSURE, self._clock.t(now)) is not None
+        return objects.kubelet_conditions(*self.ready_view(now), memory_pressure=pressure)
 
     def _conditions_json(
         self,

@@ -47,12 +47,22 @@ class Condition:
     message: str
 
 
-def kubelet_conditions(ready: str, reason: str, message: str) -> list[Condition]:
-    """What a kubelet reports: Ready as given, no pressure."""
-    return [
-        Condition("Ready", ready, reason, message),
-        *(Condition(kind, "False", why, text) for kind, why, text in _PRESSURES),
-    ]
+MEMORY_PRESSURE_CONDITION: Final = Condition(
+    "MemoryPressure",
+    "True",
+    "KubeletHasInsufficientMemory",
+    "kubelet has insufficient memory available",
+)
+
+
+def kubelet_conditions(
+    ready: str, reason: str, message: str, *, memory_pressure: bool = False
+) -> list[Condition]:
+    """What a kubelet reports: Ready as given, no pressure (or memory pressure)."""
+    pressures = [Condition(kind, "False", why, text) for kind, why, text in _PRESSURES]
+    if memory_pressure:
+        pressures[0] = MEMORY_PRESSURE_CONDITION
+    return [Condition("Ready", ready, reason, message), *pressures]
 
 
 def unknown_conditions() -> list[Condition]:

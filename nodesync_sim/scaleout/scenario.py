@@ -33,6 +33,7 @@ CRASH_LOOP: Final = "crash_loop"
 OOM_LOOP: Final = "oom_loop"
 CRI_TIMEOUTS: Final = "cri_timeouts"
 AGENT_DOWN: Final = "agent_down"
+MEMORY_PRESSURE: Final = "memory_pressure"
 
 FAULT_KINDS: Final = (
     NEVER_READY,
@@ -42,10 +43,11 @@ FAULT_KINDS: Final = (
     OOM_LOOP,
     CRI_TIMEOUTS,
     AGENT_DOWN,
+    MEMORY_PRESSURE,
 )
 #: Faults that touch pods or the simulated agent: meaningless on the real node, whose
 #: containers and agent are real.
-POD_FAULTS: Final = frozenset({PODS_PENDING, CRASH_LOOP, OOM_LOOP, AGENT_DOWN})
+POD_FAULTS: Final = frozenset({PODS_PENDING, CRASH_LOOP, OOM_LOOP, AGENT_DOWN, MEMORY_PRESSURE})
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -121,6 +123,17 @@ class Expectation:
     within_seconds: float | None = None
     run_seconds: float = 60.0
     pause: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeFailures:
+    """The simulated agents' endpoint fails ``share`` of the scrapes (answers 503, evenly
+    spread: 0.5 is every other one) from ``at_seconds`` for ``for_seconds`` (None: to the
+    end): an overloaded Prometheus timing out half its scrapes, as the rules see it."""
+
+    share: float = 0.0
+    at_seconds: float = 0.0
+    for_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +242,7 @@ class Scenario:
     controller: Mapping[str, Any] = field(default_factory=dict)
     pdbs: tuple[PDBSpec, ...] = ()
     expect: Expectation | None = None
+    scrape_failures: ScrapeFailures | None = None
 
     def wave(self, name: str) -> WaveSpec:
         return next(w for w in self.waves if w.name == name)
@@ -681,7 +695,21 @@ def _pdb(at: _At, app_owners: set[str]) -> PDBSpec:
     )
 
 
-DECISIONS: Final = ("none", "rollback", "delete", "evict")
+DECISIONS: Final = ("none", "rollback", "delete", "cleanup", "evict")
+
+
+def _scrape_failures(at: _At | None) -> ScrapeFailures | None:
+    if at is None or at.value is None:
+        return None
+    keys = at.obj(("share", "at_seconds", "for_seconds"), required=("share",))
+    share = keys["share"].number(positive=True)
+    if share > 1:
+        raise keys["share"].error(f"must be a share from 0 to 1, not {share!r}")
+    return ScrapeFailures(
+        share=share,
+        at_seconds=_optional(keys.get("at_seconds"), lambda a: a.number(), 0.0),
+        for_seconds=_optional(keys.get("for_seconds"), lambda a: a.number(positive=True), None),
+    )
 
 
 def _expect(at: _At | None, names: list[str]) -> Expectation | None:
@@ -728,6 +756,7 @@ TOP_KEYS = (
     "alertmanager",
     "controller",
     "pdbs",
+    "scrape_failures",
     "expect",
 )
 
@@ -779,7 +808,12 @@ def parse(document: Any, source: str = "scenario") -> Scenario:
     seen = [p.name for p in pdbs]
     if len(set(seen)) != len(seen):
         raise keys["pdbs"].error("two PodDisruptionBudgets with one name")
-    return replace(scenario, pdbs=pdbs, expect=_expect(keys.get("expect"), names))
+    return replace(
+        scenario,
+        pdbs=pdbs,
+        expect=_expect(keys.get("expect"), names),
+        scrape_failures=_scrape_failures(keys.get("scrape_failures")),
+    )
 
 
 def loads(text: str, source: str = "scenario") -> Scenario:

@@ -50,7 +50,13 @@ from nodesync_sim.scaleout.layout import Layout, NodePlan, layout
 from nodesync_sim.scaleout.lifecycle import NodeLifecycle
 from nodesync_sim.scaleout.pods import BoundPod, NodeAPIView, PodIndex, bound_pod
 from nodesync_sim.scaleout.runtime import SimRuntime
-from nodesync_sim.scaleout.scenario import AGENT_DOWN, CRI_TIMEOUTS, PDBSpec, Scenario
+from nodesync_sim.scaleout.scenario import (
+    AGENT_DOWN,
+    CRI_TIMEOUTS,
+    MEMORY_PRESSURE,
+    PDBSpec,
+    Scenario,
+)
 from nodesync_sim.scaleout.timeline import ScenarioClock, Timeline
 
 log = logging.getLogger(__name__)
@@ -93,7 +99,10 @@ class Simulator:
         )
         self.index = PodIndex(self.pods)
         timing = scenario.timing
-        self.metrics = AgentMetrics(timing.agent_sync_seconds, exists=self._node_exists)
+        self.metrics = AgentMetrics(
+            timing.agent_sync_seconds, exists=self._node_exists, fail_scrape=self._fail_scrape
+        )
+        self._scrapes = 0
         self.runtimes: dict[str, SimRuntime] = {}
         self.kubelets: dict[str, SimulatedKubelet] = {}
         for index, plan in enumerate(self.layout.nodes):
@@ -146,6 +155,17 @@ class Simulator:
             runtime.frozen = active
         if self._on_fault is not None:
             await self._on_fault(node, kind, active)
+
+    def _fail_scrape(self) -> bool:
+        """Whether this scrape fails (``scrape_failures``: evenly spread over the scrapes)."""
+        spec = self.scenario.scrape_failures
+        t = self.clock.t()
+        if spec is None or t < spec.at_seconds:
+            return False
+        if spec.for_seconds is not None and t >= spec.at_seconds + spec.for_seconds:
+            return False
+        self._scrapes += 1
+        return int(self._scrapes * spec.share) != int((self._scrapes - 1) * spec.share)
 
     def _node_exists(self, name: str) -> bool:
         return name in self.nodes.store
@@ -270,6 +290,9 @@ class Simulator:
                     drift_grace_seconds=self.scenario.timing.drift_grace_seconds,
                     clock=self.clock.now,
                     down=lambda: plan.active(AGENT_DOWN, self.clock.t()) is not None,
+                    memory_pressure=lambda: (
+                        plan.active(MEMORY_PRESSURE, self.clock.t()) is not None
+                    ),
                     node_object=lambda: self.nodes.store.get(name),
                     writer=self._writer,
                 )
