@@ -30,6 +30,7 @@ import logging
 import secrets
 import shutil
 import tempfile
+import time
 import uuid
 from importlib import resources
 from pathlib import Path
@@ -53,6 +54,7 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.settings.declare import changed, settings_of
 from nodesync_sim.apiserver import APIServer, write_kubeconfig
+from nodesync_sim.apiserver.objects import Change
 from nodesync_sim.containerd import LocalContainerd
 from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod
@@ -90,10 +92,10 @@ SIM_JOB = "nodesync-agent-sim"
 _EXECUTOR_SETTINGS = frozenset(s.dest for s in settings_of(ExecutorSettings))
 
 
-async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
+async def _serve(app: web.Application, port: int = 0) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     try:
         await site.start()
     except BaseException:
@@ -141,6 +143,12 @@ class Chain:
         self._runners: list[web.AppRunner] = []
         self._clients: list[KubeAPI] = []
         self._started = False
+        self._controller_runner: web.AppRunner | None = None
+        self._restart_task: asyncio.Task[None] | None = None
+        self._restart_requested = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: (when it went down, when it was back, the step it followed) per controller restart.
+        self.controller_restarts: list[tuple[float, float, str]] = []
 
     # ------------------------------------------------------------------ accessors
 
@@ -203,8 +211,11 @@ class Chain:
 
     async def _start(self, targets_within: float) -> None:
         assert self.workdir is not None
+        self._loop = asyncio.get_running_loop()
         await self.api.start()
         self.api.store.add_listener(self.node_history)
+        if self.scenario.controller_restart is not None:
+            self.api.store.add_listener(self._watch_steps)
         for user, token in self._tokens.items():
             write_kubeconfig(self.kubeconfig(user), self.api.url, token)
         if self.scenario.real_node is not None:
@@ -272,7 +283,37 @@ class Chain:
         kubelet = self.simulator.kubelets[name]
         return kubelet.registered_at is not None and kubelet.alive(self.simulator.clock.now())
 
-    async def _start_controller(self) -> None:
+    def _watch_steps(self, change: Change) -> None:
+        """A store listener: the first NodeRollback whose ``after_step`` is done restarts the
+        controller (once)."""
+        restart = self.scenario.controller_restart
+        if restart is None or self._restart_requested:
+            return
+        if change.rt.plural != "noderollbacks":
+            return
+        steps = (change.obj.obj.get("status") or {}).get("steps") or []
+        if any(s.get("name") == restart.after_step and s.get("state") == "done" for s in steps):
+            self._restart_requested = True
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon_threadsafe(self._begin_restart, restart.after_step, restart.down_seconds)
+
+    def _begin_restart(self, step: str, down_seconds: float) -> None:
+        self._restart_task = asyncio.create_task(self._restart_controller(step, down_seconds))
+
+    async def _restart_controller(self, step: str, down_seconds: float) -> None:
+        runner, self._controller_runner = self._controller_runner, None
+        if runner is None:
+            return
+        down_at = time.time()
+        self._runners.remove(runner)
+        await runner.cleanup()
+        log.warning("the chain stopped the controller after step %s", step)
+        await asyncio.sleep(down_seconds)
+        await self._start_controller(port=self.controller_port)
+        self.controller_restarts.append((down_at, time.time(), step))
+
+    async def _start_controller(self, port: int = 0) -> None:
         assert self.workdir is not None
         settings = ControllerSettings(
             listen=("127.0.0.1", 0),
@@ -293,8 +334,9 @@ class Chain:
                 executor_extension(self.executor_settings),
             ],
         )
-        runner, self.controller_port = await _serve(app)
+        runner, self.controller_port = await _serve(app, port)
         self._runners.append(runner)
+        self._controller_runner = runner
 
     async def _start_simulator(self) -> None:
         api = await self._client(SIM_USER)
@@ -383,6 +425,9 @@ class Chain:
             if service is not None:
                 await asyncio.to_thread(service.cleanup)
                 leftovers += service.leftovers()
+        if self._restart_task is not None:
+            self._restart_task.cancel()
+            await asyncio.gather(self._restart_task, return_exceptions=True)
         if self.simulator is not None:
             await self.simulator.stop()
         for runner in reversed(self._runners):
@@ -395,6 +440,8 @@ class Chain:
             await asyncio.to_thread(self.containerd.cleanup)
             leftovers += self.containerd.leftovers()
         self.api.store.remove_listener(self.node_history)
+        if self.scenario.controller_restart is not None:
+            self.api.store.remove_listener(self._watch_steps)
         await self.api.stop()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)

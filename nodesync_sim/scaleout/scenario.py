@@ -136,6 +136,28 @@ class ScrapeFailures:
     for_seconds: float | None = None
 
 
+#: The steps of a node rollback a controller restart can follow (exporter.model.rollback).
+ROLLBACK_STEPS: Final = (
+    "cordon",
+    "taint",
+    "drain",
+    "evict_pod",
+    "cleanup_runtime",
+    "verify",
+    "delete_node",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerRestart:
+    """The chain stops the controller right after a rollback's ``after_step`` is done (the first
+    time any rollback gets there), keeps it down for ``down_seconds``, and starts a new one on
+    the same port, journal and API server, as a restarted pod would be."""
+
+    after_step: str
+    down_seconds: float = 2.0
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     """How fast the simulated kubelets and control plane act. Defaults are Kubernetes' own
@@ -243,6 +265,7 @@ class Scenario:
     pdbs: tuple[PDBSpec, ...] = ()
     expect: Expectation | None = None
     scrape_failures: ScrapeFailures | None = None
+    controller_restart: ControllerRestart | None = None
 
     def wave(self, name: str) -> WaveSpec:
         return next(w for w in self.waves if w.name == name)
@@ -698,6 +721,21 @@ def _pdb(at: _At, app_owners: set[str]) -> PDBSpec:
 DECISIONS: Final = ("none", "rollback", "delete", "cleanup", "evict")
 
 
+def _controller_restart(at: _At | None) -> ControllerRestart | None:
+    if at is None or at.value is None:
+        return None
+    keys = at.obj(("after_step", "down_seconds"), required=("after_step",))
+    step = keys["after_step"].string()
+    if step not in ROLLBACK_STEPS:
+        raise keys["after_step"].error(
+            f"unknown step {step!r} (known: {', '.join(ROLLBACK_STEPS)})"
+        )
+    return ControllerRestart(
+        after_step=step,
+        down_seconds=_optional(keys.get("down_seconds"), lambda a: a.number(), 2.0),
+    )
+
+
 def _scrape_failures(at: _At | None) -> ScrapeFailures | None:
     if at is None or at.value is None:
         return None
@@ -757,6 +795,7 @@ TOP_KEYS = (
     "controller",
     "pdbs",
     "scrape_failures",
+    "controller_restart",
     "expect",
 )
 
@@ -813,6 +852,7 @@ def parse(document: Any, source: str = "scenario") -> Scenario:
         pdbs=pdbs,
         expect=_expect(keys.get("expect"), names),
         scrape_failures=_scrape_failures(keys.get("scrape_failures")),
+        controller_restart=_controller_restart(keys.get("controller_restart")),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 
 from exporter.kube.api import KubeAPI
@@ -257,9 +258,66 @@ async def test_pods_on_a_silent_node_turn_not_ready_and_back() -> None:
             },
             "real_node.faults[0].kind: agent_down is for simulated nodes only",
         ),
+        (
+            {"waves": [{"name": "w", "count": 1}], "controller_restart": {"after_step": "reboot"}},
+            "controller_restart.after_step: unknown step 'reboot'",
+        ),
+        (
+            {"waves": [{"name": "w", "count": 1}], "scrape_failures": {"share": 2}},
+            "scrape_failures.share: must be a share from 0 to 1, not 2",
+        ),
     ],
 )
 def test_staging_keys_are_checked(more: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError) as caught:
         parse({"name": "t", **more}, "x.json")
     assert str(caught.value).startswith(f"x.json: {message}")
+
+
+async def test_memory_pressure_shows_in_the_node_and_its_agent() -> None:
+    wave = {"name": "w", "count": 2, "faults": [{"kind": "memory_pressure", "nodes": ["w-001"]}]}
+    async with simulating(doc(waves=[wave])) as env:
+        port = await env.sim.serve_metrics()
+
+        def memory(node: str) -> str | None:
+            found = env.server.store.try_get("nodes", node)
+            if found is None:
+                return None
+            conditions = found["status"]["conditions"]
+            return next(c["status"] for c in conditions if c["type"] == "MemoryPressure")
+
+        await eventually(lambda: memory("w-001") == "True", "MemoryPressure on w-001")
+        assert memory("w-000") == "False"
+
+        async def pressure(node: str) -> float | None:
+            text = await scrape(port)
+            return series(text, "nodesync_host_pressure").get(labels(node=node, resource="memory"))
+
+        await eventually(lambda: _is(pressure("w-001"), 1.0), "the agent's memory pressure")
+        assert await pressure("w-000") == 0.0
+
+
+async def _is(value: Any, want: float) -> bool:
+    return bool(await value == want)
+
+
+async def test_scrape_failures_fail_every_other_scrape_while_they_last() -> None:
+    document = doc(
+        waves=[{"name": "w", "count": 1}],
+        scrape_failures={"share": 0.5, "at_seconds": 0, "for_seconds": 3},
+    )
+    async with simulating(document) as env:
+        port = await env.sim.serve_metrics()
+        async with aiohttp.ClientSession() as session:
+
+            async def status() -> int:
+                async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    return response.status
+
+            seen = [await status() for _ in range(6)]
+            assert sorted(seen) == [200, 200, 200, 503, 503, 503]
+            assert seen[0] != seen[1]
+            started = env.sim.clock.started_at
+            assert started is not None
+            await eventually(lambda: env.sim.clock.t() > 3, "the failures' end")
+            assert [await status() for _ in range(3)] == [200, 200, 200]
