@@ -34,6 +34,7 @@ from nodesync_sim.scaleout.scenario import Scenario, ScenarioError, load
 log = logging.getLogger(__name__)
 
 PAUSED = "max_over_time(cluster:nodesync_actions_paused:bool[{seconds}s])"
+FIRED = 'max_over_time(ALERTS{{alertname="{alert}",alertstate="firing"}}[{seconds}s])'
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,12 @@ async def run_scenario(scenario: Scenario) -> Outcome:
                 problems.append(
                     "rollbacks were paused" if paused else "rollbacks were never paused"
                 )
+        for alert in expect.alerts:
+            fired = await chain.prom.query_async(
+                FIRED.format(alert=alert, seconds=int(expect.run_seconds + 30))
+            )
+            if not fired:
+                problems.append(f"{alert} never fired")
     return Outcome(scenario.name, expected, observed, steps, tuple(problems))
 
 

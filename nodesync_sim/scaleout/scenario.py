@@ -123,6 +123,7 @@ class Expectation:
     within_seconds: float | None = None
     run_seconds: float = 60.0
     pause: bool | None = None
+    alerts: tuple[str, ...] = ()  # alerts that must fire at some point of the run
 
 
 @dataclass(frozen=True, slots=True)
@@ -753,7 +754,7 @@ def _scrape_failures(at: _At | None) -> ScrapeFailures | None:
 def _expect(at: _At | None, names: list[str]) -> Expectation | None:
     if at is None or at.value is None:
         return None
-    keys = at.obj(("decisions", "within_seconds", "run_seconds", "pause"))
+    keys = at.obj(("decisions", "within_seconds", "run_seconds", "pause", "alerts"))
     decisions: dict[str, str] = {}
     if "decisions" in keys:
         listed = keys["decisions"]
@@ -776,6 +777,7 @@ def _expect(at: _At | None, names: list[str]) -> Expectation | None:
         ),
         run_seconds=_optional(keys.get("run_seconds"), lambda a: a.number(positive=True), 60.0),
         pause=pause,
+        alerts=tuple(a.string() for a in keys["alerts"].items()) if "alerts" in keys else (),
     )
 
 
