@@ -58,8 +58,15 @@ from nodesync_sim.scaleout.timeline import ScenarioClock, Timeline
 
 log = logging.getLogger(__name__)
 
-#: How often faults are checked for a start or an end (the timeline's resolution).
+#: How often faults are checked for a start or an end (the timeline's resolution), at least:
+#: slower kubelets check a quarter of their pod sync period (a 2 s pod sync: every 0.5 s), so
+#: that hundreds of them do not wake up thousands of times a second.
 FAULT_TICK = 0.05
+
+
+def fault_tick(timing: Timing) -> float:
+    return max(FAULT_TICK, min(timing.pod_sync_seconds, timing.lease_renew_seconds) / 4)
+
 
 FaultHook = Callable[[str, str, bool], Awaitable[None]]
 """``hook(node, kind, active)``: called when a fault of the node starts or ends."""
@@ -243,7 +250,7 @@ class SimulatedKubelet:
             status_tick = min(self._timing.status_update_seconds, self._timing.pod_sync_seconds)
             group.create_task(self._every(status_tick, self._post_status))
             group.create_task(self._every(self._timing.pod_sync_seconds, self._sync_pods))
-            group.create_task(self._every(FAULT_TICK, self._check_faults))
+            group.create_task(self._every(fault_tick(self._timing), self._check_faults))
 
     async def _every(self, period: float, action: Callable[[], Awaitable[None]]) -> None:
         loop = asyncio.get_running_loop()
