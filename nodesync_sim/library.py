@@ -113,6 +113,31 @@ def first_steps(chain: Chain, nodes: Iterable[str]) -> dict[str, float]:
     return out
 
 
+def staged_problems(chain: Chain) -> list[str]:
+    """What the scenario stages that did not happen, so that it tests nothing: a controller
+    restart that never came, a PodDisruptionBudget relaxed later that never refused an
+    eviction (each refusal is a further eviction request of the same pod)."""
+    scenario = chain.scenario
+    problems = []
+    if scenario.controller_restart is not None and not chain.controller_restarts:
+        problems.append(
+            f"the controller was never restarted (no rollback reached "
+            f"{scenario.controller_restart.after_step})"
+        )
+    writes = chain.audit.by(CONTROLLER_USER)
+    for pdb in scenario.pdbs:
+        if pdb.relax_at_seconds is None:
+            continue
+        pods = [
+            e.name
+            for e in writes
+            if e.subresource == "eviction" and e.name.startswith(f"{pdb.app}-")
+        ]
+        if len(pods) <= len(set(pods)):
+            problems.append(f"PodDisruptionBudget {pdb.name} never refused an eviction")
+    return problems
+
+
 async def run_scenario(scenario: Scenario) -> Outcome:
     """Run one scenario through the local chain for its ``expect.run_seconds``."""
     expect = scenario.expect
@@ -142,6 +167,7 @@ async def run_scenario(scenario: Scenario) -> Outcome:
                 problems.append(
                     "rollbacks were paused" if paused else "rollbacks were never paused"
                 )
+        problems += staged_problems(chain)
         for alert in expect.alerts:
             fired = await chain.prom.query_async(
                 FIRED.format(alert=alert, seconds=int(expect.run_seconds + 30))

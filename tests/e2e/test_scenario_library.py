@@ -12,10 +12,16 @@ from tests.e2e.chainrun import scenario
 
 pytestmark = [pytest.mark.prometheus]
 
-#: Quick ones (30 to 45 s each after the chain started) that stage what only the simulator's
+#: Quick ones (40 to 50 s each after the chain started) that stage what only the simulator's
 #: newer parts can: a control-plane blip's pause, a frozen simulated runtime rolled back to the
-#: delete, and a PodDisruptionBudget that blocks a drain until it is relaxed.
-FAST = ["control-plane-blip.json", "frozen-runtime.json", "pdb-blocks-then-allows.json"]
+#: delete, a PodDisruptionBudget that blocks a drain until it is relaxed (it must have refused
+#: at least once), and a controller restarted mid-rollback (it must have been).
+FAST = [
+    "control-plane-blip.json",
+    "frozen-runtime.json",
+    "pdb-blocks-then-allows.json",
+    "controller-restart.json",
+]
 
 
 @pytest.mark.timeout(150)
