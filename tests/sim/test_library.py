@@ -74,7 +74,7 @@ def test_the_library_has_every_kind_and_only_picks_by_name() -> None:
     } <= names
     for scenario in every:  # time compressed only through the documented overrides
         assert scenario.expect is not None
-        assert scenario.expect.run_seconds <= 120, scenario.name
+        assert scenario.expect.run_seconds <= 180, scenario.name  # the library stays runnable
     assert [s.name for s in library(SCENARIOS, ["oom-loop", "failed-join"])] == [
         "oom-loop",
         "failed-join",
