@@ -34,6 +34,7 @@ import logging
 import secrets
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -58,6 +59,7 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.settings.declare import changed, settings_of
 from nodesync_sim.apiserver import APIServer, write_kubeconfig
+from nodesync_sim.apiserver.objects import Change
 from nodesync_sim.apiserver.tls import make_serving_certificate
 from nodesync_sim.containerd import LocalContainerd
 from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
@@ -124,10 +126,10 @@ async def _bounded(what: str, step: Awaitable[None]) -> None:
         log.warning("%s did not stop within %g s; stopping the rest", what, STOP_STEP_TIMEOUT)
 
 
-async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
+async def _serve(app: web.Application, port: int = 0) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     try:
         await site.start()
     except BaseException:
@@ -175,6 +177,12 @@ class Chain:
         self._runners: list[web.AppRunner] = []
         self._clients: list[KubeAPI] = []
         self._started = False
+        self._controller_runner: web.AppRunner | None = None
+        self._restart_task: asyncio.Task[None] | None = None
+        self._restart_requested = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: (when it went down, when it was back, the step it followed) per controller restart.
+        self.controller_restarts: list[tuple[float, float, str]] = []
 
     # ------------------------------------------------------------------ accessors
 
@@ -245,12 +253,15 @@ class Chain:
 
     async def _start(self, targets_within: float) -> None:
         assert self.workdir is not None
+        self._loop = asyncio.get_running_loop()
         workdir = self.workdir
         # HTTPS, as a real API server: kubectl sends its token over HTTPS only.
         tls = await _start_in_thread(lambda: make_serving_certificate(workdir / "pki"))
         self.api.tls = tls
         await self.api.start()
         self.api.store.add_listener(self.node_history)
+        if self.scenario.controller_restart is not None:
+            self.api.store.add_listener(self._watch_steps)
         for user, token in self._tokens.items():
             write_kubeconfig(self.kubeconfig(user), self.api.url, token, ca_pem=tls.ca_pem)
         self.api.write_kubeconfig(self.admin_kubeconfig)
@@ -319,7 +330,37 @@ class Chain:
         kubelet = self.simulator.kubelets[name]
         return kubelet.registered_at is not None and kubelet.alive(self.simulator.clock.now())
 
-    async def _start_controller(self) -> None:
+    def _watch_steps(self, change: Change) -> None:
+        """A store listener: the first NodeRollback whose ``after_step`` is done restarts the
+        controller (once)."""
+        restart = self.scenario.controller_restart
+        if restart is None or self._restart_requested:
+            return
+        if change.rt.plural != "noderollbacks":
+            return
+        steps = (change.obj.obj.get("status") or {}).get("steps") or []
+        if any(s.get("name") == restart.after_step and s.get("state") == "done" for s in steps):
+            self._restart_requested = True
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon_threadsafe(self._begin_restart, restart.after_step, restart.down_seconds)
+
+    def _begin_restart(self, step: str, down_seconds: float) -> None:
+        self._restart_task = asyncio.create_task(self._restart_controller(step, down_seconds))
+
+    async def _restart_controller(self, step: str, down_seconds: float) -> None:
+        runner, self._controller_runner = self._controller_runner, None
+        if runner is None:
+            return
+        down_at = time.time()
+        self._runners.remove(runner)
+        await runner.cleanup()
+        log.warning("the chain stopped the controller after step %s", step)
+        await asyncio.sleep(down_seconds)
+        await self._start_controller(port=self.controller_port)
+        self.controller_restarts.append((down_at, time.time(), step))
+
+    async def _start_controller(self, port: int = 0) -> None:
         assert self.workdir is not None
         settings = ControllerSettings(
             listen=("127.0.0.1", 0),
@@ -340,8 +381,9 @@ class Chain:
                 executor_extension(self.executor_settings),
             ],
         )
-        runner, self.controller_port = await _serve(app)
+        runner, self.controller_port = await _serve(app, port)
         self._runners.append(runner)
+        self._controller_runner = runner
 
     async def _start_simulator(self) -> None:
         api = await self._client(SIM_USER)
@@ -430,6 +472,9 @@ class Chain:
             if service is not None:
                 await asyncio.to_thread(service.cleanup)
                 leftovers += service.leftovers()
+        if self._restart_task is not None:
+            self._restart_task.cancel()
+            await asyncio.gather(self._restart_task, return_exceptions=True)
         if self.simulator is not None:
             await _bounded("the simulator", self.simulator.stop())
         for runner in reversed(self._runners):
@@ -442,6 +487,8 @@ class Chain:
             await asyncio.to_thread(self.containerd.cleanup)
             leftovers += self.containerd.leftovers()
         self.api.store.remove_listener(self.node_history)
+        if self.scenario.controller_restart is not None:
+            self.api.store.remove_listener(self._watch_steps)
         await _bounded("the test API server", self.api.stop())
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -14,7 +14,13 @@ import sys
 from collections.abc import Mapping
 
 from exporter.commandline import CommandSet, add_command
-from nodesync_sim.settings import APIServerSettings, DemoSettings, NodeSettings, WaveSettings
+from nodesync_sim.settings import (
+    APIServerSettings,
+    DemoSettings,
+    NodeSettings,
+    ScenariosSettings,
+    WaveSettings,
+)
 
 
 def register_demo(commands: CommandSet, environ: Mapping[str, str]) -> None:
@@ -75,6 +81,21 @@ def register_sim(commands: CommandSet, environ: Mapping[str, str]) -> None:
         "Node, renews its Lease, reports conditions and runs its pods as a kubelet would. Serves "
         "the simulated nodes' agent metrics. See docs/simulator.md.",
     )
+    add_command(
+        sim_commands,
+        "scenarios",
+        environ,
+        run=_run_scenarios,
+        settings=[ScenariosSettings],
+        help="run the scenario library through the local chain and score nodesync's decisions",
+        description="Runs each scenario of the library (scenarios/*.json with an 'expect' key) "
+        "through the local chain (test API server, simulated nodes, the controller, a real "
+        "Prometheus and Alertmanager with the shipped rules and route) and prints, per "
+        "scenario and in total, the precision and recall of the actions nodesync took against "
+        "the expected ones and the time from each fault to the first rollback step. Exits 1 "
+        "when any scenario is below 1.0. Needs Prometheus and Alertmanager (and root and "
+        "containerd for a scenario with a real node). See docs/e2e.md.",
+    )
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -93,6 +114,12 @@ def _run_apiserver(args: argparse.Namespace) -> int:
     from nodesync_sim.apiserver import cli
 
     return asyncio.run(cli.run(args))
+
+
+def _run_scenarios(args: argparse.Namespace) -> int:
+    from nodesync_sim import library
+
+    return asyncio.run(library.run(args, sys.stdout))
 
 
 def _run_wave(args: argparse.Namespace) -> int:

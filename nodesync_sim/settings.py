@@ -144,3 +144,23 @@ class WaveSettings:
         DURATION,
         doc="stop after this long; `0s`: run until interrupted",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ScenariosSettings:
+    """``nodesync sim scenarios``."""
+
+    scenarios_dir: str = setting(
+        "--scenarios-dir",
+        "scenarios",
+        "directory of the scenario library (its files with an 'expect' key are run)",
+        PATH,
+        doc="directory of the scenario library; its files with an `expect` key are run",
+    )
+    only: str = setting(
+        "--only",
+        "",
+        "run only these scenarios (names, comma separated); empty: all",
+        text("NAME[,NAME...]"),
+        doc="run only these scenarios (their names, comma separated); empty: every one",
+    )

@@ -29,13 +29,16 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from exporter import __version__
+from exporter.agent.cleanup import CleanupAPI, NodeCleanup
 from exporter.agent.exposition import agent_families
-from exporter.agent.sync import AgentSync
+from exporter.agent.sync import SOURCE_CRI, AgentSync
+from exporter.cri.errors import NotFound, RuntimeTimeout
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import SyncMetrics
 from exporter.metrics.selfmetrics import build_info_family, start_family
 from exporter.model.host import FilesystemStat, HostSnapshot, KubeletSnapshot
-from exporter.model.runtime import RuntimeSnapshot
+from exporter.model.kube import NodeInfo
+from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot
 from nodesync_sim.scaleout.pods import NodeAPIView
 from nodesync_sim.scaleout.runtime import SimRuntime
 
@@ -45,12 +48,13 @@ NODE_LABEL = "node"
 _GIB = 1024**3
 
 
-def simulated_host(now: float) -> HostSnapshot:
-    """A roomy host: no eviction threshold is near."""
+def simulated_host(now: float, *, memory_pressure: bool = False) -> HostSnapshot:
+    """A roomy host: no eviction threshold is near (or memory is: 64 MiB available, under
+    kubelet's default memory.available<100Mi)."""
     return HostSnapshot(
         taken_at=now,
         memory_total_bytes=16 * _GIB,
-        memory_available_bytes=12 * _GIB,
+        memory_available_bytes=64 * 1024**2 if memory_pressure else 12 * _GIB,
         filesystems=(
             FilesystemStat(
                 "nodefs", "/var/lib/kubelet", 100 * _GIB, 60 * _GIB, 6_000_000, 5_000_000
@@ -64,13 +68,71 @@ def simulated_host(now: float) -> HostSnapshot:
     )
 
 
+def _frozen(runtime: SimRuntime, operation: str) -> None:
+    if runtime.frozen:
+        raise RuntimeTimeout(operation, "DEADLINE_EXCEEDED", "context deadline exceeded")
+
+
 class _Runtime:
     def __init__(self, runtime: SimRuntime, clock: Callable[[], float]) -> None:
         self._runtime = runtime
         self._clock = clock
 
     async def read(self) -> RuntimeSnapshot:
+        _frozen(self._runtime, "list_pod_sandboxes")
         return self._runtime.snapshot(self._clock())
+
+
+class SimCRI:
+    """The CRI calls of a cleanup (exporter.agent.cleanup.CleanupRuntime) on a simulated
+    runtime: a frozen runtime times every call out, a missing object is NOT_FOUND."""
+
+    def __init__(self, runtime: SimRuntime, clock: Callable[[], float]) -> None:
+        self._runtime = runtime
+        self._clock = clock
+
+    async def list_pod_sandboxes(self) -> tuple[PodSandbox, ...]:
+        _frozen(self._runtime, "list_pod_sandboxes")
+        return self._runtime.snapshot(self._clock()).sandboxes
+
+    async def list_containers(self) -> tuple[Container, ...]:
+        _frozen(self._runtime, "list_containers")
+        return self._runtime.snapshot(self._clock()).containers
+
+    async def pod_sandbox_status(self, pod_sandbox_id: str) -> PodSandbox:
+        _frozen(self._runtime, "pod_sandbox_status")
+        found = self._runtime.sandbox_by_id(pod_sandbox_id)
+        if found is None:
+            raise NotFound("pod_sandbox_status", "NOT_FOUND", pod_sandbox_id)
+        return found
+
+    async def container_status(self, container_id: str, pod_sandbox_id: str = "") -> Container:
+        _frozen(self._runtime, "container_status")
+        found = self._runtime.container_by_id(container_id)
+        if found is None:
+            raise NotFound("container_status", "NOT_FOUND", container_id)
+        return found
+
+    async def stop_pod_sandbox(
+        self, pod_sandbox_id: str, call_timeout: float | None = None
+    ) -> None:
+        _frozen(self._runtime, "stop_pod_sandbox")
+        sandbox = self._runtime.sandbox_by_id(pod_sandbox_id)
+        if sandbox is not None:
+            self._runtime.stop(sandbox.uid, self._clock())
+
+    async def remove_pod_sandbox(
+        self, pod_sandbox_id: str, call_timeout: float | None = None
+    ) -> None:
+        _frozen(self._runtime, "remove_pod_sandbox")
+        self._runtime.remove_sandbox(pod_sandbox_id)
+
+    async def stop_container(self, container_id: str, timeout_seconds: int = 0) -> None:
+        _frozen(self._runtime, "stop_container")
+
+    async def remove_container(self, container_id: str, call_timeout: float | None = None) -> None:
+        _frozen(self._runtime, "remove_container")
+        self._runtime.remove_container(container_id)
 
 
 class _Kubelet:
@@ -104,23 +166,49 @@ class NodeAgent:
         kubelet_alive: Callable[[], bool],
         drift_grace_seconds: float,
         clock: Callable[[], float] = time.time,
+        down: Callable[[], bool] = lambda: False,
+        memory_pressure: Callable[[], bool] = lambda: False,
+        node_object: Callable[[], NodeInfo | None] | None = None,
+        writer: CleanupAPI | None = None,
     ) -> None:
         self.node = node
+        self.down = down
         self.registry = CollectorRegistry(auto_describe=False)
         self.started_at = clock()
         self.sync = AgentSync(
             _Runtime(runtime, clock),
             _Kubelet(runtime, kubelet_alive, clock),
-            lambda: simulated_host(clock()),
+            lambda: simulated_host(clock(), memory_pressure=memory_pressure()),
             SyncMetrics(self.registry),
             api=view,
             drift_grace_seconds=drift_grace_seconds,
             clock=clock,
         )
         self._static = [build_info_family(__version__), start_family(self.started_at)]
+        #: The cleanup handshake (docs/cleanup.md), as the real agent answers it: given the
+        #: node's Node (its watch) and a writer for the answer.
+        self.cleanup: NodeCleanup | None = None
+        if node_object is not None and writer is not None:
+            sync = self.sync
+            self.cleanup = NodeCleanup(
+                node,
+                node=node_object,
+                drift=lambda: sync.state.drift,
+                runtime=SimCRI(runtime, clock),
+                runtime_error=lambda: _runtime_error(sync),
+                api=writer,
+                clock=clock,
+            )
 
     def families(self) -> list[Metric]:
         return [*self._static, *agent_families(self.sync.state), *self.registry.collect()]
+
+
+def _runtime_error(sync: AgentSync) -> str:
+    source = sync.state.sources.get(SOURCE_CRI)
+    if source is None or source.up:
+        return ""
+    return source.error or "the runtime does not answer"
 
 
 def with_node_label(per_node: Mapping[str, Iterable[Metric]]) -> list[Metric]:
@@ -142,9 +230,15 @@ def with_node_label(per_node: Mapping[str, Iterable[Metric]]) -> list[Metric]:
 class AgentMetrics:
     """The agents of every simulated node, synced every ``period`` and served together."""
 
-    def __init__(self, period: float, exists: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        period: float,
+        exists: Callable[[str], bool],
+        fail_scrape: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.period = period
         self._exists = exists
+        self._fail_scrape = fail_scrape
         self.agents: dict[str, NodeAgent] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self.families))
@@ -157,14 +251,18 @@ class AgentMetrics:
         served = {
             node: agent.families()
             for node, agent in sorted(self.agents.items())
-            if agent.sync.state.synced and self._exists(node)
+            if agent.sync.state.synced and self._exists(node) and not agent.down()
         }
         return with_node_label(served)
 
     async def sync_once(self) -> None:
         for agent in list(self.agents.values()):
+            if agent.down():  # agent_down: it neither syncs nor answers
+                continue
             try:
                 await agent.sync.sync_once()
+                if agent.cleanup is not None:
+                    await agent.cleanup.check_once()
             except Exception:  # one node's bug must not stop the others' metrics
                 log.exception("simulated agent of %s: sync failed", agent.node)
         self.cycles += 1
@@ -181,6 +279,8 @@ class AgentMetrics:
         app = web.Application()
 
         async def metrics(request: web.Request) -> web.Response:
+            if self._fail_scrape():
+                return web.Response(status=503, text="overloaded\n")
             encode, content_type = choose_encoder(request.headers.get("Accept", ""))
             return web.Response(body=encode(self.registry), headers={"Content-Type": content_type})
 

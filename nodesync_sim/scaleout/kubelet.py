@@ -48,6 +48,7 @@ from nodesync_sim.scaleout.scenario import (
     CRI_TIMEOUTS,
     FAULT_KINDS,
     LEASE_STOPS,
+    MEMORY_PRESSURE,
     NEVER_READY,
     OOM_LOOP,
     PODS_PENDING,
@@ -57,8 +58,15 @@ from nodesync_sim.scaleout.timeline import ScenarioClock, Timeline
 
 log = logging.getLogger(__name__)
 
-#: How often faults are checked for a start or an end (the timeline's resolution).
+#: How often faults are checked for a start or an end (the timeline's resolution), at least:
+#: slower kubelets check a quarter of their pod sync period (a 2 s pod sync: every 0.5 s), so
+#: that hundreds of them do not wake up thousands of times a second.
 FAULT_TICK = 0.05
+
+
+def fault_tick(timing: Timing) -> float:
+    return max(FAULT_TICK, min(timing.pod_sync_seconds, timing.lease_renew_seconds) / 4)
+
 
 FaultHook = Callable[[str, str, bool], Awaitable[None]]
 """``hook(node, kind, active)``: called when a fault of the node starts or ends."""
@@ -169,7 +177,8 @@ class SimulatedKubelet:
         return "True", objects.READY_REASON, objects.READY_MESSAGE
 
     def _conditions(self, now: float) -> list[objects.Condition]:
-        return objects.kubelet_conditions(*self.ready_view(now))
+        pressure = self.plan.active(MEMORY_PRESSURE, self._clock.t(now)) is not None
+        return objects.kubelet_conditions(*self.ready_view(now), memory_pressure=pressure)
 
     def _conditions_json(
         self,
@@ -241,7 +250,7 @@ class SimulatedKubelet:
             status_tick = min(self._timing.status_update_seconds, self._timing.pod_sync_seconds)
             group.create_task(self._every(status_tick, self._post_status))
             group.create_task(self._every(self._timing.pod_sync_seconds, self._sync_pods))
-            group.create_task(self._every(FAULT_TICK, self._check_faults))
+            group.create_task(self._every(fault_tick(self._timing), self._check_faults))
 
     async def _every(self, period: float, action: Callable[[], Awaitable[None]]) -> None:
         loop = asyncio.get_running_loop()
@@ -297,6 +306,7 @@ class SimulatedKubelet:
             return
         if self._resync:
             await self._read_node()  # after a silence: compare with what the API holds now
+            await self._repost_pods(now)
             self._resync = False
         conditions = self._conditions(now)
         changed = any(self._posted.get(c.type) != c.status for c in conditions)
@@ -314,6 +324,19 @@ class SimulatedKubelet:
         if not self._app_pods_bound and self._posted.get("Ready") == "True":
             self._app_pods_bound = True
             await self._bind(daemonsets=False)
+
+    async def _repost_pods(self, now: float) -> None:
+        """After a silence the node lifecycle controller has turned the pods not ready: the
+        kubelet posts the status of those it runs (and that do not loop) again."""
+        for uid, pod in list(self._pods.on(self.name).items()):
+            run = self._runs.get(uid)
+            if run is None or run.started_at is None or run.looping or run.pending:
+                continue
+            if pod.info.deletion_timestamp is not None or pod.info.terminal:
+                continue
+            containers = [objects.running_container(c, run.started_at) for c in pod.containers]
+            status = objects.pod_status("Running", self._scheduled(pod), now, containers)
+            await self._client.patch_pod_status(pod.info.namespace, pod.info.name, status)
 
     async def _read_node(self) -> None:
         try:

@@ -25,7 +25,9 @@ from nodesync_sim.scaleout.scenario import (
     CRASH_LOOP,
     OOM_LOOP,
     FaultSpec,
+    MarkSpec,
     Scenario,
+    Taint,
 )
 
 Role = Literal["old", "new", "real"]
@@ -70,6 +72,8 @@ class NodePlan:
     daemonset_pods: tuple[PodPlan, ...] = ()
     app_pods: tuple[PodPlan, ...] = ()
     faults: tuple[Fault, ...] = ()
+    taints: tuple[Taint, ...] = ()
+    orphan_sandboxes: int = 0  # in its simulated runtime before it registers
 
     @property
     def pods(self) -> tuple[PodPlan, ...]:
@@ -161,10 +165,39 @@ def _group(
     return by_node
 
 
+@dataclass(frozen=True, slots=True)
+class _Marked:
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    orphan_sandboxes: int = 0
+
+
+def _marked(
+    scenario: Scenario, group: str, names: list[str], marks: tuple[MarkSpec, ...]
+) -> dict[str, _Marked]:
+    """Each node's marks, merged in their order (a later label wins, taints add up)."""
+    out = {name: _Marked() for name in names}
+    for index, mark in enumerate(marks):
+        if mark.share is None:
+            targets = list(mark.nodes)
+        else:
+            rng = random.Random(f"{scenario.seed}:{group}/marks:{index}")
+            targets = rng.sample(names, share_count(mark.share, len(names)))
+        for name in targets:
+            was = out[name]
+            out[name] = _Marked(
+                {**was.labels, **mark.labels},
+                (*was.taints, *mark.taints),
+                was.orphan_sandboxes + mark.orphan_sandboxes,
+            )
+    return out
+
+
 def layout(scenario: Scenario) -> Layout:
     nodes: list[NodePlan] = []
     old = scenario.old_nodes
     old_faults = _group(scenario, "old_nodes", old.node_names(), old.faults)
+    old_marks = _marked(scenario, "old_nodes", old.node_names(), old.marks)
     for name in old.node_names():
         ds, app = _pods(scenario, name, old.daemonset_pods_per_node, old.pods_per_node)
         nodes.append(
@@ -174,15 +207,18 @@ def layout(scenario: Scenario) -> Layout:
                 wave=None,
                 join_at=0.0,
                 age_seconds=old.age_seconds,
-                labels=_labels(scenario, name, None),
+                labels={**_labels(scenario, name, None), **old_marks[name].labels},
                 daemonset_pods=ds,
                 app_pods=app,
                 faults=tuple(_fault(spec, app) for _, spec in old_faults[name]),
+                taints=old_marks[name].taints,
+                orphan_sandboxes=old_marks[name].orphan_sandboxes,
             )
         )
     for wave in scenario.waves:
         names = wave.node_names()
         wave_faults = _group(scenario, f"waves/{wave.name}", names, wave.faults)
+        wave_marks = _marked(scenario, f"waves/{wave.name}", names, wave.marks)
         for i, name in enumerate(names):
             ds, app = _pods(scenario, name, wave.daemonset_pods_per_node, wave.pods_per_node)
             nodes.append(
@@ -192,10 +228,12 @@ def layout(scenario: Scenario) -> Layout:
                     wave=wave.name,
                     join_at=wave.start_seconds + i * wave.join_spread_seconds / wave.count,
                     age_seconds=0.0,
-                    labels=_labels(scenario, name, wave.name),
+                    labels={**_labels(scenario, name, wave.name), **wave_marks[name].labels},
                     daemonset_pods=ds,
                     app_pods=app,
                     faults=tuple(_fault(spec, app) for _, spec in wave_faults[name]),
+                    taints=wave_marks[name].taints,
+                    orphan_sandboxes=wave_marks[name].orphan_sandboxes,
                 )
             )
         real = scenario.real_node

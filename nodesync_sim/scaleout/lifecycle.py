@@ -4,7 +4,8 @@ Without it a node whose kubelet went silent would stay Ready forever in the API 
 watches Nodes and the Leases in kube-node-lease; once a managed node's Lease has not been renewed,
 and its Ready condition has had no heartbeat, for ``node_monitor_grace_seconds``, it sets every
 condition of the node to Unknown (reason ``NodeStatusUnknown``, "Kubelet stopped posting node
-status."), keeping the last heartbeat, as the real controller does. It adds no taints and evicts
+status."), keeping the last heartbeat, and turns the Ready condition of every pod bound to it
+False (its MarkPodsNotReady), as the real controller does. It adds no taints and evicts
 nothing (the real one taints node.kubernetes.io/unreachable; nodesync's rules do not read it).
 Nodes it does not manage are never written.
 """
@@ -18,8 +19,10 @@ from collections.abc import Iterable
 from exporter.kube.errors import KubeError, NotFound
 from exporter.kube.informer import Informer
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
+from exporter.model.rfc3339 import format_time
 from nodesync_sim.scaleout import objects, timeline
 from nodesync_sim.scaleout.client import KubeletClient
+from nodesync_sim.scaleout.pods import PodIndex
 from nodesync_sim.scaleout.timeline import ScenarioClock, Timeline
 
 log = logging.getLogger(__name__)
@@ -55,7 +58,9 @@ class NodeLifecycle:
         grace_seconds: float,
         clock: ScenarioClock,
         timeline: Timeline,
+        pods: PodIndex | None = None,
     ) -> None:
+        self._pods = pods
         self._managed = frozenset(managed)
         self._client = client
         self.nodes = nodes
@@ -96,4 +101,22 @@ class NodeLifecycle:
                 continue
             self._timeline.record(name, timeline.READY_UNKNOWN, at=self._clock.now())
             marked.append(name)
+            await self._pods_not_ready(name, now)
         return marked
+
+    async def _pods_not_ready(self, node: str, now: float) -> None:
+        """The node's pods are not ready any more (kube-controller-manager's MarkPodsNotReady:
+        only the Ready condition changes)."""
+        if self._pods is None:
+            return
+        condition = {
+            "type": "Ready",
+            "status": "False",
+            "lastTransitionTime": format_time(now),
+        }
+        for pod in list(self._pods.on(node).values()):
+            if pod.info.terminal:
+                continue
+            await self._client.patch_pod_status(
+                pod.info.namespace, pod.info.name, {"conditions": [condition]}
+            )

@@ -11,6 +11,7 @@ from typing import Any, Final
 from exporter.model.rfc3339 import format_time
 from nodesync_sim.scaleout.layout import OWNER_DAEMONSET, NodePlan, PodPlan
 from nodesync_sim.scaleout.runtime import IMAGE, Termination
+from nodesync_sim.scaleout.scenario import Taint
 
 JSONObject = dict[str, Any]
 
@@ -46,12 +47,22 @@ class Condition:
     message: str
 
 
-def kubelet_conditions(ready: str, reason: str, message: str) -> list[Condition]:
-    """What a kubelet reports: Ready as given, no pressure."""
-    return [
-        Condition("Ready", ready, reason, message),
-        *(Condition(kind, "False", why, text) for kind, why, text in _PRESSURES),
-    ]
+MEMORY_PRESSURE_CONDITION: Final = Condition(
+    "MemoryPressure",
+    "True",
+    "KubeletHasInsufficientMemory",
+    "kubelet has insufficient memory available",
+)
+
+
+def kubelet_conditions(
+    ready: str, reason: str, message: str, *, memory_pressure: bool = False
+) -> list[Condition]:
+    """What a kubelet reports: Ready as given, no pressure (or memory pressure)."""
+    pressures = [Condition(kind, "False", why, text) for kind, why, text in _PRESSURES]
+    if memory_pressure:
+        pressures[0] = MEMORY_PRESSURE_CONDITION
+    return [Condition("Ready", ready, reason, message), *pressures]
 
 
 def unknown_conditions() -> list[Condition]:
@@ -93,7 +104,7 @@ def node_body(plan: NodePlan, conditions: list[JSONObject], index: int) -> JSONO
             "labels": dict(plan.labels),
             "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
         },
-        "spec": {},
+        "spec": {"taints": [_taint(t) for t in plan.taints]} if plan.taints else {},
         "status": {
             "conditions": conditions,
             "addresses": [
@@ -112,6 +123,13 @@ def node_body(plan: NodePlan, conditions: list[JSONObject], index: int) -> JSONO
             },
         },
     }
+
+
+def _taint(taint: Taint) -> JSONObject:
+    out: JSONObject = {"key": taint.key, "effect": taint.effect}
+    if taint.value:
+        out["value"] = taint.value
+    return out
 
 
 def owner_uid(namespace: str, kind: str, name: str) -> str:

@@ -36,6 +36,7 @@ IMAGE: Final = "registry.k8s.io/pause:3.9"
 VERSION: Final = RuntimeVersion("nodesync-sim", "0.0.0", "v1")
 CONDITIONS: Final = (RuntimeCondition("RuntimeReady", True), RuntimeCondition("NetworkReady", True))
 KEEP_ATTEMPTS: Final = 2
+APP: Final = "app"
 
 EXIT_ERROR: Final = 1
 EXIT_OOM: Final = 137
@@ -63,6 +64,36 @@ class SimRuntime:
     def __init__(self) -> None:
         self._sandboxes: dict[str, PodSandbox] = {}  # pod uid -> its sandbox
         self._containers: dict[str, list[Container]] = {}  # pod uid -> every kept attempt
+        #: A frozen runtime answers nothing: every read and call times out (``cri_timeouts``).
+        self.frozen = False
+
+    def add_orphans(self, count: int, namespace: str, now: float) -> list[str]:
+        """``count`` running sandboxes of pods the API server does not know (left by an
+        earlier attempt); their pod uids."""
+        uids = []
+        for i in range(count):
+            uid = str(uuid.uuid4())
+            self.run(uid, namespace, f"leftover-{i}", (APP,), now)
+            uids.append(uid)
+        return uids
+
+    def sandbox_by_id(self, sandbox_id: str) -> PodSandbox | None:
+        return next((s for s in self._sandboxes.values() if s.id == sandbox_id), None)
+
+    def container_by_id(self, container_id: str) -> Container | None:
+        return next(
+            (c for attempts in self._containers.values() for c in attempts if c.id == container_id),
+            None,
+        )
+
+    def remove_sandbox(self, sandbox_id: str) -> None:
+        sandbox = self.sandbox_by_id(sandbox_id)
+        if sandbox is not None:
+            self.remove(sandbox.uid)
+
+    def remove_container(self, container_id: str) -> None:
+        for uid, attempts in self._containers.items():
+            self._containers[uid] = [c for c in attempts if c.id != container_id]
 
     def has(self, uid: str) -> bool:
         return uid in self._sandboxes

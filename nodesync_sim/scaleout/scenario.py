@@ -18,7 +18,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -32,10 +32,23 @@ PODS_PENDING: Final = "pods_pending"
 CRASH_LOOP: Final = "crash_loop"
 OOM_LOOP: Final = "oom_loop"
 CRI_TIMEOUTS: Final = "cri_timeouts"
+AGENT_DOWN: Final = "agent_down"
+MEMORY_PRESSURE: Final = "memory_pressure"
 
-FAULT_KINDS: Final = (NEVER_READY, LEASE_STOPS, PODS_PENDING, CRASH_LOOP, OOM_LOOP, CRI_TIMEOUTS)
-#: Faults that touch pods: meaningless on the real node, whose containers are real.
-POD_FAULTS: Final = frozenset({PODS_PENDING, CRASH_LOOP, OOM_LOOP})
+FAULT_KINDS: Final = (
+    NEVER_READY,
+    LEASE_STOPS,
+    PODS_PENDING,
+    CRASH_LOOP,
+    OOM_LOOP,
+    CRI_TIMEOUTS,
+    AGENT_DOWN,
+    MEMORY_PRESSURE,
+)
+#: Faults that touch pods or the simulated agent: meaningless on the real node, whose
+#: containers and agent are real.
+POD_FAULTS: Final = frozenset({PODS_PENDING, CRASH_LOOP, OOM_LOOP, AGENT_DOWN, MEMORY_PRESSURE})
+TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -62,6 +75,88 @@ class FaultSpec:
     share: float | None = None
     nodes: tuple[str, ...] = ()
     pods: int = 1  # crash_loop, oom_loop: how many of the node's app pods loop
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MarkSpec:
+    """What some nodes of a group have from the moment they register: extra labels, taints, and
+    orphan sandboxes (sandboxes of pods the API server does not know, left in the node's
+    simulated runtime). On ``nodes`` by name or a ``share`` of the group's simulated nodes."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    orphan_sandboxes: int = 0
+    share: float | None = None
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PDBSpec:
+    """A PodDisruptionBudget over the app pods of ``app`` (their ``app`` label; each node's
+    app pods are ``app-<node>``), created before the waves. ``relax_at_seconds``: from then on
+    (scenario time) it allows ``relax_to`` (its ``max_unavailable``)."""
+
+    name: str
+    app: str
+    min_available: int | str | None = None
+    max_unavailable: int | str | None = None
+    relax_at_seconds: float | None = None
+    relax_to: int | str = "100%"
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """The decision a scenario expects, per node: ``rollback`` (its NodeRollback cordons it),
+    ``delete`` (rolled back to the delete), ``evict`` (a pod on it evicted alone), ``none``.
+    Nodes not named expect ``none``. ``within_seconds``: each expected rollback's first step
+    must come this long after its fault at most (None: not checked). ``pause``: whether
+    rollbacks must be paused at some time (None: not checked)."""
+
+    decisions: Mapping[str, str] = field(default_factory=dict)
+    within_seconds: float | None = None
+    run_seconds: float = 60.0
+    pause: bool | None = None
+    alerts: tuple[str, ...] = ()  # alerts that must fire at some point of the run
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeFailures:
+    """The simulated agents' endpoint fails ``share`` of the scrapes (answers 503, evenly
+    spread: 0.5 is every other one) from ``at_seconds`` for ``for_seconds`` (None: to the
+    end): an overloaded Prometheus timing out half its scrapes, as the rules see it."""
+
+    share: float = 0.0
+    at_seconds: float = 0.0
+    for_seconds: float | None = None
+
+
+#: The steps of a node rollback a controller restart can follow (exporter.model.rollback).
+ROLLBACK_STEPS: Final = (
+    "cordon",
+    "taint",
+    "drain",
+    "evict_pod",
+    "cleanup_runtime",
+    "verify",
+    "delete_node",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerRestart:
+    """The chain stops the controller right after a rollback's ``after_step`` is done (the first
+    time any rollback gets there), keeps it down for ``down_seconds``, and starts a new one on
+    the same port, journal and API server, as a restarted pod would be."""
+
+    after_step: str
+    down_seconds: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +187,7 @@ class OldNodes:
     pods_per_node: int = 0
     daemonset_pods_per_node: int = 0
     faults: tuple[FaultSpec, ...] = ()
+    marks: tuple[MarkSpec, ...] = ()
 
     def node_names(self) -> list[str]:
         return [f"{self.prefix}-{i:03d}" for i in range(self.count)]
@@ -106,6 +202,7 @@ class WaveSpec:
     pods_per_node: int = 0
     daemonset_pods_per_node: int = 0
     faults: tuple[FaultSpec, ...] = ()
+    marks: tuple[MarkSpec, ...] = ()
 
     def node_names(self) -> list[str]:
         return [f"{self.name}-{i:03d}" for i in range(self.count)]
@@ -166,6 +263,10 @@ class Scenario:
     alertmanager: AlertmanagerSpec = field(default_factory=AlertmanagerSpec)
     #: Setting (destination name) -> value, already typed (see CONTROLLER_KEYS).
     controller: Mapping[str, Any] = field(default_factory=dict)
+    pdbs: tuple[PDBSpec, ...] = ()
+    expect: Expectation | None = None
+    scrape_failures: ScrapeFailures | None = None
+    controller_restart: ControllerRestart | None = None
 
     def wave(self, name: str) -> WaveSpec:
         return next(w for w in self.waves if w.name == name)
@@ -293,18 +394,10 @@ def _fault(at: _At, *, group_nodes: list[str] | None, pods_per_node: int) -> Fau
             raise at.error("the real node's faults apply to it: no 'share' or 'nodes'")
         if kind in POD_FAULTS:
             raise keys["kind"].error(
-                f"{kind} is for simulated nodes only: the real node's containers are real"
+                f"{kind} is for simulated nodes only: the real node's containers and agent are real"
             )
     else:
-        if (share is None) == (not nodes):
-            raise at.error("give exactly one of 'share' (of the group's nodes) or 'nodes'")
-        for index, name in enumerate(nodes):
-            if name not in group_nodes:
-                raise (
-                    keys["nodes"]
-                    .child(index)
-                    .error(f"no node {name!r} in this group (its nodes: {_names(group_nodes)})")
-                )
+        _check_targets(at, keys, share, nodes, group_nodes)
     pods = _optional(keys.get("pods"), lambda a: a.integer(minimum=1), 1)
     if kind in (CRASH_LOOP, OOM_LOOP, PODS_PENDING) and pods_per_node < 1:
         raise at.error(f"{kind} needs pods: set pods_per_node of this group")
@@ -320,6 +413,25 @@ def _fault(at: _At, *, group_nodes: list[str] | None, pods_per_node: int) -> Fau
     )
 
 
+def _check_targets(
+    at: _At,
+    keys: dict[str, _At],
+    share: float | None,
+    nodes: tuple[str, ...],
+    group_nodes: list[str],
+) -> None:
+    """A fault or mark of a group names its nodes, or a share of them: exactly one."""
+    if (share is None) == (not nodes):
+        raise at.error("give exactly one of 'share' (of the group's nodes) or 'nodes'")
+    for index, name in enumerate(nodes):
+        if name not in group_nodes:
+            raise (
+                keys["nodes"]
+                .child(index)
+                .error(f"no node {name!r} in this group (its nodes: {_names(group_nodes)})")
+            )
+
+
 def _names(names: list[str]) -> str:
     if len(names) <= 4:
         return ", ".join(names) or "none"
@@ -330,6 +442,64 @@ def _faults(at: _At | None, group_nodes: list[str] | None, pods: int) -> tuple[F
     if at is None:
         return ()
     return tuple(_fault(item, group_nodes=group_nodes, pods_per_node=pods) for item in at.items())
+
+
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def _string_map(at: _At) -> dict[str, str]:
+    """Labels: qualified names to label values."""
+    out: dict[str, str] = {}
+    for key, value in at.obj(tuple(at.value) if isinstance(at.value, dict) else ()).items():
+        if not _LABEL_KEY.match(key) or len(key) > 253:
+            raise value.error("is not a label key (a qualified name such as example.com/name)")
+        text = value.string()
+        if not _LABEL_VALUE.match(text) or len(text) > 63:
+            raise value.error(f"{text!r} is not a label value")
+        out[key] = text
+    return out
+
+
+def _taint(at: _At) -> Taint:
+    keys = at.obj(("key", "value", "effect"), required=("key", "effect"))
+    key = keys["key"].string()
+    if not _LABEL_KEY.match(key):
+        raise keys["key"].error(f"{key!r} is not a taint key (a qualified name)")
+    effect = keys["effect"].string()
+    if effect not in TAINT_EFFECTS:
+        raise keys["effect"].error(f"unknown effect {effect!r} (known: {', '.join(TAINT_EFFECTS)})")
+    value = _optional(keys.get("value"), lambda a: a.string(_LABEL_VALUE, "a taint value"), "")
+    return Taint(key=key, effect=effect, value=value)
+
+
+_MARK_KEYS = ("labels", "taints", "orphan_sandboxes", "share", "nodes")
+
+
+def _mark(at: _At, group_nodes: list[str]) -> MarkSpec:
+    keys = at.obj(_MARK_KEYS)
+    share = _optional(keys.get("share"), lambda a: a.number(positive=True), None)
+    if share is not None and share > 1:
+        raise keys["share"].error(f"must be a share from 0 to 1, not {share!r}")
+    nodes: tuple[str, ...] = ()
+    if "nodes" in keys:
+        nodes = tuple(item.string() for item in keys["nodes"].items())
+    _check_targets(at, keys, share, nodes, group_nodes)
+    return MarkSpec(
+        labels=_string_map(keys["labels"]) if "labels" in keys else {},
+        taints=tuple(_taint(t) for t in keys["taints"].items()) if "taints" in keys else (),
+        orphan_sandboxes=_optional(keys.get("orphan_sandboxes"), lambda a: a.integer(), 0),
+        share=share,
+        nodes=nodes,
+    )
+
+
+def _marks(at: _At | None, group_nodes: list[str]) -> tuple[MarkSpec, ...]:
+    if at is None:
+        return ()
+    return tuple(_mark(item, group_nodes) for item in at.items())
 
 
 _TIMING_FIELDS: dict[str, Callable[[_At], Any]] = {
@@ -369,7 +539,7 @@ def _old_nodes(at: _At | None) -> OldNodes:
     if at is None:
         return OldNodes()
     known = ("count", "age_seconds", "prefix", "pods_per_node", "daemonset_pods_per_node")
-    keys = at.obj((*known, "faults"))
+    keys = at.obj((*known, "faults", "marks"))
     prefix = _optional(keys.get("prefix"), lambda a: a.string(_DNS_LABEL, "a DNS label"), "old")
     how_many = _optional(keys.get("count"), lambda a: a.integer(), 0)
     pods = _optional(keys.get("pods_per_node"), lambda a: a.integer(), 0)
@@ -383,6 +553,7 @@ def _old_nodes(at: _At | None) -> OldNodes:
             keys.get("daemonset_pods_per_node"), lambda a: a.integer(), 0
         ),
         faults=_faults(keys.get("faults"), names, pods),
+        marks=_marks(keys.get("marks"), names),
     )
 
 
@@ -394,6 +565,7 @@ _WAVE_KEYS = (
     "pods_per_node",
     "daemonset_pods_per_node",
     "faults",
+    "marks",
 )
 
 
@@ -413,6 +585,7 @@ def _wave(at: _At) -> WaveSpec:
             keys.get("daemonset_pods_per_node"), lambda a: a.integer(), 0
         ),
         faults=_faults(keys.get("faults"), names, pods),
+        marks=_marks(keys.get("marks"), names),
     )
 
 
@@ -503,6 +676,111 @@ def _controller(at: _At | None) -> dict[str, Any]:
     return {name: value.parsed(CONTROLLER_KEYS[name]) for name, value in keys.items()}
 
 
+def _budget_value(at: _At) -> int | str:
+    """A number of pods, or a percentage ("50%")."""
+    if isinstance(at.value, str):
+        if not re.fullmatch(r"(100|[1-9]?[0-9])%", at.value):
+            raise at.error(f"{at.value!r} is not a percentage from 0% to 100%")
+        return at.value
+    return at.integer()
+
+
+_ALL: int | str = "100%"
+
+_PDB_KEYS = (
+    "name",
+    "app",
+    "min_available",
+    "max_unavailable",
+    "relax_at_seconds",
+    "relax_to",
+)
+
+
+def _pdb(at: _At, app_owners: set[str]) -> PDBSpec:
+    keys = at.obj(_PDB_KEYS, required=("name", "app"))
+    app = keys["app"].string()
+    if app not in app_owners:
+        raise keys["app"].error(
+            f"no app pods labelled app={app!r} (each node's app pods are app-<node>; "
+            "give the node pods_per_node)"
+        )
+    low = _optional(keys.get("min_available"), _budget_value, None)
+    high = _optional(keys.get("max_unavailable"), _budget_value, None)
+    if (low is None) == (high is None):
+        raise at.error("give exactly one of 'min_available' or 'max_unavailable'")
+    return PDBSpec(
+        name=keys["name"].string(_DNS_LABEL, "a DNS label"),
+        app=app,
+        min_available=low,
+        max_unavailable=high,
+        relax_at_seconds=_optional(keys.get("relax_at_seconds"), lambda a: a.number(), None),
+        relax_to=_optional(keys.get("relax_to"), _budget_value, _ALL),
+    )
+
+
+DECISIONS: Final = ("none", "rollback", "delete", "cleanup", "evict")
+
+
+def _controller_restart(at: _At | None) -> ControllerRestart | None:
+    if at is None or at.value is None:
+        return None
+    keys = at.obj(("after_step", "down_seconds"), required=("after_step",))
+    step = keys["after_step"].string()
+    if step not in ROLLBACK_STEPS:
+        raise keys["after_step"].error(
+            f"unknown step {step!r} (known: {', '.join(ROLLBACK_STEPS)})"
+        )
+    return ControllerRestart(
+        after_step=step,
+        down_seconds=_optional(keys.get("down_seconds"), lambda a: a.number(), 2.0),
+    )
+
+
+def _scrape_failures(at: _At | None) -> ScrapeFailures | None:
+    if at is None or at.value is None:
+        return None
+    keys = at.obj(("share", "at_seconds", "for_seconds"), required=("share",))
+    share = keys["share"].number(positive=True)
+    if share > 1:
+        raise keys["share"].error(f"must be a share from 0 to 1, not {share!r}")
+    return ScrapeFailures(
+        share=share,
+        at_seconds=_optional(keys.get("at_seconds"), lambda a: a.number(), 0.0),
+        for_seconds=_optional(keys.get("for_seconds"), lambda a: a.number(positive=True), None),
+    )
+
+
+def _expect(at: _At | None, names: list[str]) -> Expectation | None:
+    if at is None or at.value is None:
+        return None
+    keys = at.obj(("decisions", "within_seconds", "run_seconds", "pause", "alerts"))
+    decisions: dict[str, str] = {}
+    if "decisions" in keys:
+        listed = keys["decisions"]
+        for node, value in listed.obj(tuple(listed.value or {})).items():
+            if node not in names:
+                raise value.error(f"no node {node!r} in this scenario")
+            decision = value.string()
+            if decision not in DECISIONS:
+                raise value.error(f"unknown decision {decision!r} (known: {', '.join(DECISIONS)})")
+            decisions[node] = decision
+    pause = None
+    if "pause" in keys and keys["pause"].value is not None:
+        if not isinstance(keys["pause"].value, bool):
+            raise keys["pause"].error(f"must be a boolean, not {_kind(keys['pause'].value)}")
+        pause = keys["pause"].value
+    return Expectation(
+        decisions=decisions,
+        within_seconds=_optional(
+            keys.get("within_seconds"), lambda a: a.number(positive=True), None
+        ),
+        run_seconds=_optional(keys.get("run_seconds"), lambda a: a.number(positive=True), 60.0),
+        pause=pause,
+        alerts=tuple(a.string() for a in keys["alerts"].items()) if "alerts" in keys else (),
+    )
+
+
 TOP_KEYS = (
     "name",
     "description",
@@ -517,6 +795,10 @@ TOP_KEYS = (
     "rules",
     "alertmanager",
     "controller",
+    "pdbs",
+    "scrape_failures",
+    "controller_restart",
+    "expect",
 )
 
 
@@ -555,7 +837,25 @@ def parse(document: Any, source: str = "scenario") -> Scenario:
         raise top.error(f"node name {duplicates[0]!r} is used twice (prefixes and wave names)")
     if not names:
         raise top.error("no nodes: give old_nodes, waves or a real_node")
-    return scenario
+    owners = {
+        f"app-{n}" for n in scenario.old_nodes.node_names() if scenario.old_nodes.pods_per_node
+    }
+    for wave in waves:
+        if wave.pods_per_node:
+            owners.update(f"app-{n}" for n in wave.node_names())
+            if scenario.real_node is not None and scenario.real_node.wave == wave.name:
+                owners.add(f"app-{scenario.real_node.name}")
+    pdbs = tuple(_pdb(item, owners) for item in keys["pdbs"].items()) if "pdbs" in keys else ()
+    seen = [p.name for p in pdbs]
+    if len(set(seen)) != len(seen):
+        raise keys["pdbs"].error("two PodDisruptionBudgets with one name")
+    return replace(
+        scenario,
+        pdbs=pdbs,
+        expect=_expect(keys.get("expect"), names),
+        scrape_failures=_scrape_failures(keys.get("scrape_failures")),
+        controller_restart=_controller_restart(keys.get("controller_restart")),
+    )
 
 
 def loads(text: str, source: str = "scenario") -> Scenario:

@@ -39,8 +39,10 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.convert import lease_info, node_info
 from exporter.kube.errors import KubeError
 from exporter.kube.informer import Informer
-from exporter.kube.resources import LEASES, NODES, PODS
+from exporter.kube.resources import LEASES, NODES, PODDISRUPTIONBUDGETS, PODS
+from exporter.kube.writer import MERGE_PATCH, KubeWriter
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
+from nodesync_sim.scaleout import timeline
 from nodesync_sim.scaleout.agentview import AgentMetrics, NodeAgent
 from nodesync_sim.scaleout.client import KubeletClient
 from nodesync_sim.scaleout.kubelet import FaultHook, PodRuntime, SimPodRuntime, SimulatedKubelet
@@ -48,7 +50,13 @@ from nodesync_sim.scaleout.layout import Layout, NodePlan, layout
 from nodesync_sim.scaleout.lifecycle import NodeLifecycle
 from nodesync_sim.scaleout.pods import BoundPod, NodeAPIView, PodIndex, bound_pod
 from nodesync_sim.scaleout.runtime import SimRuntime
-from nodesync_sim.scaleout.scenario import Scenario
+from nodesync_sim.scaleout.scenario import (
+    AGENT_DOWN,
+    CRI_TIMEOUTS,
+    MEMORY_PRESSURE,
+    PDBSpec,
+    Scenario,
+)
 from nodesync_sim.scaleout.timeline import ScenarioClock, Timeline
 
 log = logging.getLogger(__name__)
@@ -79,8 +87,10 @@ class Simulator:
         self.layout: Layout = layout(scenario)
         self.api = api
         self._backdate = backdate
+        self._on_fault = on_fault
+        self._writer = KubeWriter(api, component="nodesync-agent")
         self.clock = ScenarioClock(clock)
-        self.timeline = Timeline(clock)
+        self.timeline: Timeline = Timeline(clock)
         self._client = KubeletClient(api)
         self.pods: Informer[BoundPod] = Informer(api, PODS, bound_pod, name="sim pods")
         self.nodes: Informer[NodeInfo] = Informer(api, NODES, node_info, name="sim nodes")
@@ -89,7 +99,10 @@ class Simulator:
         )
         self.index = PodIndex(self.pods)
         timing = scenario.timing
-        self.metrics = AgentMetrics(timing.agent_sync_seconds, exists=self._node_exists)
+        self.metrics = AgentMetrics(
+            timing.agent_sync_seconds, exists=self._node_exists, fail_scrape=self._fail_scrape
+        )
+        self._scrapes = 0
         self.runtimes: dict[str, SimRuntime] = {}
         self.kubelets: dict[str, SimulatedKubelet] = {}
         for index, plan in enumerate(self.layout.nodes):
@@ -113,7 +126,7 @@ class Simulator:
                 timing=timing,
                 clock=self.clock,
                 timeline=self.timeline,
-                on_fault=on_fault,
+                on_fault=self._fault_hook,
                 sim_runtime=sim_runtime,
             )
         grace = timing.node_monitor_grace_seconds
@@ -126,6 +139,7 @@ class Simulator:
                 grace_seconds=grace,
                 clock=self.clock,
                 timeline=self.timeline,
+                pods=self.index,
             )
             if grace is not None
             else None
@@ -133,6 +147,25 @@ class Simulator:
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self.joined = asyncio.Event()  # every node of the scenario has registered
+
+    async def _fault_hook(self, node: str, kind: str, active: bool) -> None:
+        """A simulated node's runtime freezes during ``cri_timeouts``; then the caller's hook."""
+        runtime = self.runtimes.get(node)
+        if runtime is not None and kind == CRI_TIMEOUTS:
+            runtime.frozen = active
+        if self._on_fault is not None:
+            await self._on_fault(node, kind, active)
+
+    def _fail_scrape(self) -> bool:
+        """Whether this scrape fails (``scrape_failures``: evenly spread over the scrapes)."""
+        spec = self.scenario.scrape_failures
+        t = self.clock.t()
+        if spec is None or t < spec.at_seconds:
+            return False
+        if spec.for_seconds is not None and t >= spec.at_seconds + spec.for_seconds:
+            return False
+        self._scrapes += 1
+        return int(self._scrapes * spec.share) != int((self._scrapes - 1) * spec.share)
 
     def _node_exists(self, name: str) -> bool:
         return name in self.nodes.store
@@ -159,6 +192,8 @@ class Simulator:
         async with asyncio.timeout(sync_timeout):
             for informer in (self.pods, self.nodes, self.leases):
                 await informer.wait_synced()
+        for pdb in self.scenario.pdbs:
+            await self._create_pdb(pdb)
         for plan in old:
             await self._register(plan)
         self._spawn(self.metrics.run(), "sim agent metrics")
@@ -171,6 +206,50 @@ class Simulator:
             raise SimulatorError("the waves have started already")
         self.clock.start()
         self._spawn(self._waves(), "sim waves")
+        for pdb in self.scenario.pdbs:
+            if pdb.relax_at_seconds is not None:
+                self._spawn(self._relax(pdb, pdb.relax_at_seconds), f"sim pdb {pdb.name}")
+
+    # ------------------------------------------------------------------ budgets
+
+    async def _create_pdb(self, pdb: PDBSpec) -> None:
+        spec: dict[str, Any] = {"selector": {"matchLabels": {"app": pdb.app}}}
+        if pdb.min_available is not None:
+            spec["minAvailable"] = pdb.min_available
+        else:
+            spec["maxUnavailable"] = pdb.max_unavailable
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": pdb.name, "namespace": self.scenario.namespace},
+            "spec": spec,
+        }
+        ns = self.scenario.namespace
+        await self.api.request(
+            "POST", PODDISRUPTIONBUDGETS, "create", PODDISRUPTIONBUDGETS.path(ns), body=body
+        )
+
+    async def _relax(self, pdb: PDBSpec, at: float) -> None:
+        """From ``at`` on, the budget allows ``relax_to`` disruptions (its owner relaxed it)."""
+        delay = self.clock.at(at) - self.clock.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        patch = {"spec": {"minAvailable": None, "maxUnavailable": pdb.relax_to}}
+        while True:
+            try:
+                await self.api.request(
+                    "PATCH",
+                    PODDISRUPTIONBUDGETS,
+                    "patch",
+                    PODDISRUPTIONBUDGETS.path(self.scenario.namespace, pdb.name),
+                    body=patch,
+                    content_type=MERGE_PATCH,
+                )
+                break
+            except KubeError as exc:
+                log.warning("cannot relax PodDisruptionBudget %s yet: %s", pdb.name, exc)
+                await asyncio.sleep(_REGISTER_RETRY)
+        self.timeline.record(pdb.name, timeline.PDB_RELAXED, str(pdb.relax_to))
 
     async def _waves(self) -> None:
         joining = sorted(
@@ -185,6 +264,10 @@ class Simulator:
 
     async def _register(self, plan: NodePlan) -> None:
         kubelet = self.kubelets[plan.name]
+        runtime = self.runtimes.get(plan.name)
+        if runtime is not None and plan.orphan_sandboxes:
+            # Left by an earlier attempt on this machine, before the kubelet registers.
+            runtime.add_orphans(plan.orphan_sandboxes, self.scenario.namespace, self.clock.now())
         while True:
             try:
                 if plan.age_seconds > 0 and self._backdate is not None:
@@ -197,14 +280,21 @@ class Simulator:
                 await asyncio.sleep(_REGISTER_RETRY)
         runtime = self.runtimes.get(plan.name)
         if runtime is not None:
+            name = plan.name
             self.metrics.add(
                 NodeAgent(
-                    plan.name,
+                    name,
                     runtime,
-                    NodeAPIView(self.index, plan.name),
+                    NodeAPIView(self.index, name),
                     kubelet_alive=lambda: kubelet.alive(self.clock.now()),
                     drift_grace_seconds=self.scenario.timing.drift_grace_seconds,
                     clock=self.clock.now,
+                    down=lambda: plan.active(AGENT_DOWN, self.clock.t()) is not None,
+                    memory_pressure=lambda: (
+                        plan.active(MEMORY_PRESSURE, self.clock.t()) is not None
+                    ),
+                    node_object=lambda: self.nodes.store.get(name),
+                    writer=self._writer,
                 )
             )
         self._spawn(kubelet.run(), f"sim kubelet {plan.name}")

@@ -25,6 +25,7 @@ POD_PENDING = "pod_pending"
 POD_FAILED = "pod_failed"  # a looping container failed again (detail: namespace/name)
 POD_DELETED = "pod_deleted"  # the kubelet confirmed a graceful deletion
 NODE_GONE = "node_gone"  # the Node was deleted under the kubelet
+PDB_RELAXED = "pdb_relaxed"  # "node": the PodDisruptionBudget's name (detail: what it allows)
 
 
 class ScenarioClock:

@@ -10,6 +10,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import aiohttp
+
 from exporter.kube.api import KubeAPI
 from nodesync_sim.apiserver import APIServer
 from nodesync_sim.scaleout.audit import WriteAudit
@@ -76,6 +78,16 @@ async def simulating(
         finally:
             await sim.stop()
             await api.close()
+
+
+async def scrape(port: int) -> str:
+    """The metrics served on ``port`` (the simulated agents')."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        assert response.status == 200
+        return await response.text()
 
 
 async def eventually(

@@ -3,14 +3,13 @@ runtime, served on one port with a node label on every series, while the node ex
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from nodesync_sim.scaleout.agentview import with_node_label
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
-from tests.sim.scaleout.support import doc, eventually, simulating
+from tests.sim.scaleout.support import doc, eventually, scrape, simulating
 
 WAVE = {
     "name": "w",
@@ -23,15 +22,6 @@ WAVE = {
         {"kind": "pods_pending", "nodes": ["w-003"]},
     ],
 }
-
-
-async def _scrape(port: int) -> str:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{port}/metrics") as response,
-    ):
-        assert response.status == 200
-        return await response.text()
 
 
 def _value(text: str, name: str, **kv: str) -> float | None:
@@ -54,7 +44,7 @@ async def test_each_node_has_the_agent_series_its_pods_and_faults_make() -> None
         port = await env.sim.serve_metrics()
 
         async def faults_show() -> str | None:
-            text = await _scrape(port)
+            text = await scrape(port)
             return text if _faults_show(text) else None
 
         text = await eventually(faults_show, "loops and drift in the metrics", 15)
@@ -82,7 +72,7 @@ async def test_each_node_has_the_agent_series_its_pods_and_faults_make() -> None
         env.server.store.delete("nodes", "w-000")
 
         async def gone() -> bool:
-            after = await _scrape(port)
+            after = await scrape(port)
             return not [k for k in series(after, "nodesync_cri_up") if dict(k)["node"] == "w-000"]
 
         await eventually(gone, "the deleted node's series to go", 15)

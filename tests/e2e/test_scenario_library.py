@@ -1,0 +1,35 @@
+"""A fast subset of the scenario library (scenarios/, see docs/e2e.md) through the local chain:
+each scenario's expected decisions are exactly the ones nodesync takes (precision and recall 1),
+its first steps within the scenario's deadline, its pause as expected."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodesync_sim.library import report, run_scenario
+from nodesync_sim.prometheus import missing_binaries
+from tests.e2e.chainrun import scenario
+
+pytestmark = [pytest.mark.prometheus]
+
+#: Quick ones (40 to 50 s each after the chain started) that stage what only the simulator's
+#: newer parts can: a control-plane blip's pause, a frozen simulated runtime rolled back to the
+#: delete, a PodDisruptionBudget that blocks a drain until it is relaxed (it must have refused
+#: at least once), and a controller restarted mid-rollback (it must have been).
+FAST = [
+    "control-plane-blip.json",
+    "frozen-runtime.json",
+    "pdb-blocks-then-allows.json",
+    "controller-restart.json",
+]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", FAST)
+async def test_a_library_scenario_decides_as_expected(name: str) -> None:
+    missing = missing_binaries()
+    if missing:
+        pytest.fail(f"the local chain needs these, missing: {', '.join(missing)}", pytrace=False)
+    outcome = await run_scenario(scenario(name))
+    print(f"[e2e] {report(outcome)}")
+    assert outcome.passed, report(outcome)
