@@ -57,7 +57,7 @@ from exporter.controller.settings import (
 from exporter.controller.webhook import webhook_extension
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
-from exporter.settings.declare import changed, settings_of
+from exporter.settings.declare import changed, settings_by_field
 from nodesync_sim.apiserver import APIServer, write_kubeconfig
 from nodesync_sim.apiserver.objects import Change
 from nodesync_sim.apiserver.tls import make_serving_certificate
@@ -97,7 +97,7 @@ CONTROLLER_JOB = "nodesync-controller"
 AGENT_JOB = "nodesync-agent"
 SIM_JOB = "nodesync-agent-sim"
 
-_EXECUTOR_SETTINGS = frozenset(s.dest for s in settings_of(ExecutorSettings))
+_EXECUTOR_SETTINGS = frozenset(settings_by_field(ExecutorSettings))
 
 
 async def _start_in_thread(start: Callable[[], T]) -> T:

@@ -120,14 +120,15 @@ def values_of(settings: object) -> dict[str, Any]:
     return out
 
 
-def _dests_by_field(cls: type[Any]) -> dict[str, str]:
-    """Each setting's destination by its field's name, its groups' included."""
-    out: dict[str, str] = {}
+def settings_by_field(cls: type[Any]) -> dict[str, Setting]:
+    """Each setting by its field's name (which stays when a flag is renamed), its groups'
+    included."""
+    out: dict[str, Setting] = {}
     for f in dataclasses.fields(cls):
         if (declared := f.metadata.get(_SETTING)) is not None:
-            out[f.name] = declared.dest
+            out[f.name] = declared
         elif (nested := f.metadata.get(_GROUP)) is not None:
-            out.update(_dests_by_field(nested))
+            out.update(settings_by_field(nested))
     return out
 
 
@@ -135,8 +136,10 @@ def changed(settings: T, **values: Any) -> T:
     """``settings`` with some settings changed (already parsed), in its groups too, by field
     name or by destination name: a renamed flag keeps its field. An unknown name is a KeyError."""
     current = values_of(settings)
-    dests = _dests_by_field(type(settings))
-    values = {dests.get(name, name): value for name, value in values.items()}
+    by_field = settings_by_field(type(settings))
+    values = {
+        by_field[name].dest if name in by_field else name: value for name, value in values.items()
+    }
     unknown = sorted(set(values) - set(current))
     if unknown:
         raise KeyError(f"{type(settings).__name__} has no setting {', '.join(unknown)}")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from exporter.controller.settings import WAVE_GAP, ExecutorSettings
-from exporter.settings.declare import settings_of
+from exporter.settings.declare import settings_by_field
 from exporter.settings.values import parse_duration
 
 NEVER_READY: Final = "never_ready"
@@ -659,13 +659,16 @@ def _alertmanager(at: _At | None) -> AlertmanagerSpec:
     )
 
 
-#: Controller settings a scenario may set, by destination name (``dry_run``, ``max_rollbacks``
-#: ...), parsed as their flags are: the executor's and its policy's, and the wave gap. Leader
-#: election is the chain's own business.
+#: Controller settings a scenario may set, by their field's name (``dry_run``,
+#: ``max_rollbacks`` ...), parsed as their flags are: the executor's and its policy's, and the
+#: wave gap. Leader election is the chain's own business.
 CONTROLLER_KEYS: Final[dict[str, Callable[[str], Any]]] = {
-    s.dest: s.kind
-    for s in (*settings_of(ExecutorSettings), WAVE_GAP)
-    if not s.dest.startswith("leader_elect")
+    **{
+        name: s.kind
+        for name, s in settings_by_field(ExecutorSettings).items()
+        if not name.startswith("leader_elect")
+    },
+    "wave_gap": WAVE_GAP.kind,
 }
 
 
