@@ -226,18 +226,10 @@ class Intake:
 
     async def _refuse(self, alert: AlertRecord, refusal: Refusal, now: float) -> None:
         await self._save(alert, REFUSED, refusal.reason, refusal.detail, "", "", now)
-        self.metrics.refusal(refusal.reason)
-        log.info(
+        await self._report(
+            alert,
+            refusal,
             "refused an alert",
-            extra={
-                "alert": alert.fingerprint,
-                "node": alert.alert.node,
-                "reason": refusal.reason,
-                "detail": refusal.detail,
-            },
-        )
-        await self._audit.on_node(
-            alert.alert.node,
             reason="NodesyncRefused",
             message=f"nodesync will not act on alert {alert.labels.get('alertname', '')} "
             f"({alert.alert.action or 'no action'}): {refusal.reason}: {refusal.detail}",
@@ -249,9 +241,22 @@ class Intake:
         if self._deferred.get(alert.key) == refusal.reason:
             return  # already reported; the alert is decided again at every pass
         self._deferred[alert.key] = refusal.reason
+        await self._report(
+            alert,
+            refusal,
+            "holding an alert back",
+            reason="NodesyncWaiting",
+            message=f"nodesync holds alert {alert.labels.get('alertname', '')} "
+            f"({alert.alert.action}) back: {refusal.reason}: {refusal.detail}",
+            type_="Normal",
+            key=alert_event_key(alert.key, f"deferred/{refusal.reason}"),
+        )
+
+    async def _report(self, alert: AlertRecord, refusal: Refusal, what: str, **event: str) -> None:
+        """A refusal or a wait: counted, logged, and an Event on the node."""
         self.metrics.refusal(refusal.reason)
         log.info(
-            "holding an alert back",
+            what,
             extra={
                 "alert": alert.fingerprint,
                 "node": alert.alert.node,
@@ -259,11 +264,4 @@ class Intake:
                 "detail": refusal.detail,
             },
         )
-        await self._audit.on_node(
-            alert.alert.node,
-            reason="NodesyncWaiting",
-            message=f"nodesync holds alert {alert.labels.get('alertname', '')} "
-            f"({alert.alert.action}) back: {refusal.reason}: {refusal.detail}",
-            type_="Normal",
-            key=alert_event_key(alert.key, f"deferred/{refusal.reason}"),
-        )
+        await self._audit.on_node(alert.alert.node, **event)
