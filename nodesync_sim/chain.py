@@ -8,10 +8,11 @@
 3. the real agent (``nodesync agent``'s app) for the real node, with its kubelet's healthz;
 4. the controller (``nodesync controller``'s app) with the webhook and the rollback executor;
 5. the simulator (nodesync_sim.scaleout) and its agent metrics;
-6. a real Alertmanager with the shipped deploy/alertmanager/alertmanager.yml, and a real
-   Prometheus with the shipped rules/*.yml (package data, see :func:`shipped`), both as
-   copies changed only by the scenario's overrides (short timers, the hook's address and
-   token).
+6. a real Alertmanager with the shipped deploy/alertmanager/alertmanager.yml (two, clustered
+   with each other on loopback as an HA pair, with ``alertmanager.replicas`` 2: Prometheus
+   sends every alert to both, both route to the hook), and a real Prometheus with the shipped
+   rules/*.yml (package data, see :func:`shipped`), both as copies changed only by the
+   scenario's overrides (short timers, the hook's address and token).
 
 :meth:`Chain.stop` stops them in the reverse order, processes by PID, and removes every file,
 mount and cgroup; it returns what it could not remove (empty when clean).
@@ -62,7 +63,7 @@ from nodesync_sim.apiserver import APIServer, write_kubeconfig
 from nodesync_sim.apiserver.objects import Change
 from nodesync_sim.apiserver.tls import make_serving_certificate
 from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
+from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus, alertmanager_pair
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod
 from nodesync_sim.scaleout.audit import ObjectHistory, WriteAudit
 from nodesync_sim.scaleout.overrides import (
@@ -169,6 +170,8 @@ class Chain:
         self.orphan_sandboxes: list[str] = []
         self.real_pods: ContainerdPods | None = None
         self.simulator: Simulator | None = None
+        #: Every Alertmanager (one, or an HA pair); :attr:`alertmanager` is the first.
+        self.alertmanagers: list[LocalAlertmanager] = []
         self.alertmanager: LocalAlertmanager | None = None
         self.prometheus: LocalPrometheus | None = None
         self.controller_port = 0
@@ -218,8 +221,8 @@ class Chain:
             found["real agent"] = f"http://127.0.0.1:{self.agent_port}/metrics"
         if self.containerd is not None:
             found["containerd"] = self.containerd.endpoint
-        if self.alertmanager is not None:
-            found["alertmanager"] = self.alertmanager.url
+        for i, alertmanager in enumerate(self.alertmanagers):
+            found["alertmanager" if i == 0 else f"alertmanager {i + 1}"] = alertmanager.url
         if self.prometheus is not None:
             found["prometheus"] = self.prometheus.url
         if self.workdir is not None:
@@ -443,8 +446,13 @@ class Chain:
             hook_url=f"http://127.0.0.1:{self.controller_port}/alerts",
             token_file=token_file,
         )
-        self.alertmanager = LocalAlertmanager(config, base_dir=self.workdir)
-        await _start_in_thread(self.alertmanager.start)
+        if self.scenario.alertmanager.replicas == 2:
+            self.alertmanagers = alertmanager_pair(config, base_dir=self.workdir)
+        else:
+            self.alertmanagers = [LocalAlertmanager(config, base_dir=self.workdir)]
+        self.alertmanager = self.alertmanagers[0]
+        for alertmanager in self.alertmanagers:
+            await _start_in_thread(alertmanager.start)
         rule_files = rewrite_rules(
             sorted(self._rules_dir.glob("*.yml")), self.scenario.rules, self.workdir / "rules"
         )
@@ -454,7 +462,7 @@ class Chain:
             rule_files,
             scrape_interval=prometheus_duration(spec.scrape_interval),
             evaluation_interval=prometheus_duration(spec.evaluation_interval),
-            alertmanager_url=self.alertmanager.url,
+            alertmanager_urls=[alertmanager.url for alertmanager in self.alertmanagers],
             base_dir=self.workdir,
         )
         await _start_in_thread(self.prometheus.start)
@@ -468,7 +476,11 @@ class Chain:
     async def stop(self) -> list[str]:
         """Stop everything in the reverse order; what is left behind (empty when clean)."""
         leftovers: list[str] = []
-        for service in (self.prometheus, self.alertmanager):
+        services: list[LocalPrometheus | LocalAlertmanager | None] = [
+            self.prometheus,
+            *self.alertmanagers,
+        ]
+        for service in services:
             if service is not None:
                 await asyncio.to_thread(service.cleanup)
                 leftovers += service.leftovers()

@@ -281,8 +281,8 @@ class LocalPrometheus(_LocalService):
     ``scrape_configs`` are Prometheus scrape configurations as dicts (``job_name``,
     ``static_configs`` with ``targets`` and ``labels``, ...). Global scrape and evaluation
     intervals default to 1 s, the scrape timeout to the scrape interval. With
-    ``alertmanager_url``, alerts are sent there. The lifecycle API is enabled, so
-    :meth:`reload` applies a changed :attr:`config`.
+    ``alertmanager_url`` (and ``alertmanager_urls``), alerts are sent to each. The lifecycle
+    API is enabled, so :meth:`reload` applies a changed :attr:`config`.
     """
 
     name = "prometheus"
@@ -297,6 +297,7 @@ class LocalPrometheus(_LocalService):
         evaluation_interval: str = "1s",
         alertmanager_url: str | None = None,
         *,
+        alertmanager_urls: Sequence[str] = (),
         base_dir: str | Path | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
@@ -310,8 +311,10 @@ class LocalPrometheus(_LocalService):
             "rule_files": [str(Path(path).resolve()) for path in rule_files],
             "scrape_configs": [dict(config) for config in scrape_configs],
         }
-        if alertmanager_url is not None:
-            self.config["alerting"] = {"alertmanagers": [_as_prometheus_target(alertmanager_url)]}
+        urls = [*([alertmanager_url] if alertmanager_url is not None else []), *alertmanager_urls]
+        if urls:
+            # Every alert goes to each Alertmanager, as to the members of an HA cluster.
+            self.config["alerting"] = {"alertmanagers": [_as_prometheus_target(u) for u in urls]}
         self._extra_args = list(extra_args)
 
     @property
@@ -424,6 +427,11 @@ class LocalPrometheus(_LocalService):
         """The configuration Prometheus runs with, as it prints it (YAML)."""
         return str(self._get_json("/api/v1/status/config")["data"]["yaml"])
 
+    def alertmanagers(self) -> list[str]:
+        """The URLs Prometheus sends alerts to now (/api/v1/alertmanagers, active ones)."""
+        data = self._get_json("/api/v1/alertmanagers")["data"]
+        return [str(am["url"]) for am in data["activeAlertmanagers"]]
+
     def targets(self) -> Result:
         """Active targets from /api/v1/targets."""
         return list(self._get_json("/api/v1/targets")["data"]["activeTargets"])
@@ -467,16 +475,30 @@ class LocalPrometheus(_LocalService):
 
 
 class LocalAlertmanager(_LocalService):
-    """A private Alertmanager with the configuration ``config_yaml`` (YAML or JSON text),
-    clustering disabled."""
+    """A private Alertmanager with the configuration ``config_yaml`` (YAML or JSON text).
+
+    Clustering is disabled unless ``cluster_address`` is given (``127.0.0.1:<port>``, see
+    :func:`alertmanager_pair`): then it gossips there with the ``cluster_peers``, sharing
+    silences and notification logs as an HA pair does."""
 
     name = "alertmanager"
     binary = ALERTMANAGER_BINARY
     log_name = "alertmanager.log"
 
-    def __init__(self, config_yaml: str, *, base_dir: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        config_yaml: str,
+        *,
+        base_dir: str | Path | None = None,
+        cluster_address: str | None = None,
+        cluster_peers: Sequence[str] = (),
+    ) -> None:
         super().__init__(base_dir)
         self.config_yaml = config_yaml
+        if cluster_peers and cluster_address is None:
+            raise ValueError("cluster peers need a cluster address to listen on")
+        self.cluster_address = cluster_address
+        self.cluster_peers = tuple(cluster_peers)
 
     @property
     def config_path(self) -> Path:
@@ -492,9 +514,23 @@ class LocalAlertmanager(_LocalService):
             f"--config.file={directory / 'alertmanager.yml'}",
             f"--storage.path={directory / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
+            *self._cluster_args(),
             "--log.level=info",
         ]
+
+    def _cluster_args(self) -> list[str]:
+        if self.cluster_address is None:
+            return ["--cluster.listen-address="]
+        return [
+            f"--cluster.listen-address={self.cluster_address}",
+            f"--cluster.advertise-address={self.cluster_address}",
+            *(f"--cluster.peer={peer}" for peer in self.cluster_peers),
+        ]
+
+    def cluster_status(self) -> dict[str, Any]:
+        """``cluster`` of /api/v2/status: ``status`` (``ready``, ``settling``, ``disabled``)
+        and ``peers``."""
+        return dict(self._get_json("/api/v2/status")["cluster"])
 
     def reload(self) -> None:
         """Write :attr:`config_yaml` again and ask Alertmanager to reload it."""
@@ -519,3 +555,22 @@ class LocalAlertmanager(_LocalService):
 
     async def post_alerts_async(self, alerts: Sequence[dict[str, Any]]) -> None:
         await asyncio.to_thread(self.post_alerts, alerts)
+
+
+def alertmanager_pair(
+    config_yaml: str, *, base_dir: str | Path | None = None
+) -> list[LocalAlertmanager]:
+    """Two Alertmanagers with the same configuration, clustered with each other on loopback
+    (each its own free gossip port, the other's as its peer), not started."""
+    ports = {free_port()}
+    while len(ports) < 2:
+        ports.add(free_port())
+    first, second = (f"127.0.0.1:{port}" for port in sorted(ports))
+    return [
+        LocalAlertmanager(
+            config_yaml, base_dir=base_dir, cluster_address=first, cluster_peers=[second]
+        ),
+        LocalAlertmanager(
+            config_yaml, base_dir=base_dir, cluster_address=second, cluster_peers=[first]
+        ),
+    ]

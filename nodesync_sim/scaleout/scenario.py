@@ -240,11 +240,13 @@ class RuleOverrides:
 
 @dataclass(frozen=True, slots=True)
 class AlertmanagerSpec:
-    """Timers of the route to nodesync's hook; None: as shipped."""
+    """Timers of the route to nodesync's hook (None: as shipped), and how many Alertmanagers
+    the chain runs: 2 is an HA pair, clustered with each other, both sent every alert."""
 
     group_wait: float | None = None
     group_interval: float | None = None
     repeat_interval: float | None = None
+    replicas: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -647,7 +649,7 @@ def _rules(at: _At | None) -> RuleOverrides:
 def _alertmanager(at: _At | None) -> AlertmanagerSpec:
     if at is None:
         return AlertmanagerSpec()
-    keys = at.obj(("group_wait", "group_interval", "repeat_interval"))
+    keys = at.obj(("group_wait", "group_interval", "repeat_interval", "replicas"))
 
     def read(name: str, positive: bool) -> float | None:
         return _optional(keys.get(name), lambda a: a.duration(positive=positive), None)
@@ -656,7 +658,19 @@ def _alertmanager(at: _At | None) -> AlertmanagerSpec:
         group_wait=read("group_wait", False),
         group_interval=read("group_interval", True),
         repeat_interval=read("repeat_interval", True),
+        replicas=_optional(keys.get("replicas"), _replicas, 1),
     )
+
+
+ALERTMANAGER_REPLICAS: Final = (1, 2)
+
+
+def _replicas(at: _At) -> int:
+    """1 Alertmanager, or 2 (an HA pair)."""
+    count = at.integer(minimum=1)
+    if count not in ALERTMANAGER_REPLICAS:
+        raise at.error(f"must be 1 or 2 (an HA pair), not {count}")
+    return count
 
 
 #: Controller settings a scenario may set, by their field's name (``dry_run``,

@@ -22,6 +22,7 @@ from nodesync_sim.prometheus import (
     LocalPrometheus,
     LocalServiceError,
     QueryError,
+    alertmanager_pair,
 )
 from tests.support.prometheus import AlertmanagerFactory, PrometheusFactory
 
@@ -235,9 +236,32 @@ def test_alertmanager_holds_posted_alerts_until_stopped(
     assert "--cluster.listen-address=" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(
         errors="replace"
     ).replace("\0", " ")
+    assert alertmanager.cluster_status()["status"] == "disabled"
     alertmanager.cleanup()
     assert _process_gone(pid)
     assert alertmanager.leftovers() == []
+
+
+def test_an_alertmanager_pair_clusters_on_loopback_and_stops_by_pid() -> None:
+    pair = alertmanager_pair(ALERTMANAGER_CONFIG)
+    pids: list[int | None] = []
+    try:
+        for alertmanager in pair:
+            alertmanager.start()
+        deadline = time.monotonic() + 30
+        while not all(len(am.cluster_status().get("peers") or []) == 2 for am in pair):
+            assert time.monotonic() < deadline, [am.cluster_status() for am in pair]
+            time.sleep(0.1)
+        addresses = {peer["address"] for peer in pair[0].cluster_status()["peers"]}
+        assert addresses == {am.cluster_address for am in pair}
+        pids = [am.pid for am in pair]
+    finally:
+        for alertmanager in pair:
+            alertmanager.cleanup()
+    for pid in pids:
+        assert pid is not None
+        assert _process_gone(pid)
+    assert [am.leftovers() for am in pair] == [[], []]
 
 
 def test_start_twice_is_refused(prometheus_factory: PrometheusFactory) -> None:

@@ -63,6 +63,8 @@ def test_a_good_scenario_reads_as_written() -> None:
     assert scenario.rules.thresholds == {"crash_loop_restarts_threshold": 2.0}
     assert scenario.rules.for_all == 3.0
     assert scenario.alertmanager.group_wait == 0.5
+    assert scenario.alertmanager.replicas == 1
+    assert parse(_with("alertmanager.replicas", 2)).alertmanager.replicas == 2
     assert scenario.controller == {
         "delete_nodes": True,
         "max_rollbacks": 3,
@@ -156,6 +158,21 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "node name 'w-000' is used twice",
     ),
     ("no nodes at all", {"name": "empty"}, "no nodes"),
+    (
+        "three Alertmanagers",
+        _with("alertmanager.replicas", 3),
+        "alertmanager.replicas: must be 1 or 2 (an HA pair), not 3",
+    ),
+    (
+        "no Alertmanager",
+        _with("alertmanager.replicas", 0),
+        "alertmanager.replicas: must be at least 1, not 0",
+    ),
+    (
+        "replicas as text",
+        _with("alertmanager.replicas", "2"),
+        "alertmanager.replicas: must be a whole number",
+    ),
     ("a wave name with capitals", _with("waves[0].name", "Wave"), "'Wave' is not a DNS label"),
 ]
 
