@@ -9,7 +9,9 @@ pod phases from both sources, the API server's per-pod problems, container termi
 loops, drift, source status) turns that into the same families a real agent exports. All nodes
 are served on one port, every series with a ``node`` label (scrape it with
 ``honor_labels: true``), for as long as the node's Node object exists (a deleted node's agent
-pod goes away with it).
+pod goes away with it). Each agent's series are rendered once per sync, right after it, in the
+exposition format the last scrape asked for; a scrape joins what the agents rendered (rendering
+hundreds of agents at every scrape held the event loop for most of a second).
 
 What is not there: CRI request metrics (no CRI calls are made), resource usage and image
 filesystem sizes (nothing runs).
@@ -21,11 +23,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import cast
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from exporter import __version__
@@ -227,6 +231,67 @@ def with_node_label(per_node: Mapping[str, Iterable[Metric]]) -> list[Metric]:
     return list(merged.values())
 
 
+#: Agents synced (and rendered) between two yields to the event loop.
+YIELD_EVERY = 20
+
+Encoder = Callable[[Collector], bytes]
+_EOF = b"# EOF\n"  # OpenMetrics ends the exposition with it, once
+
+
+class _Single:
+    """One family as a collector, to render it alone."""
+
+    def __init__(self, family: Metric) -> None:
+        self._family = family
+
+    def collect(self) -> Iterable[Metric]:
+        return [self._family]
+
+
+#: A family rendered for one node: its name, its header lines (HELP, TYPE, UNIT), its samples.
+Rendered = tuple[str, bytes, bytes]
+
+
+def render_node(node: str, families: Iterable[Metric], encode: Encoder) -> list[Rendered]:
+    """``node``'s families, each labelled with the node and rendered alone by ``encode``, cut
+    where the exposition starts a family (a HELP line: the text format writes a counter's or a
+    histogram's ``_created`` series as a family of its own)."""
+    out: list[Rendered] = []
+    for family in with_node_label({node: families}):
+        text = encode(cast(Collector, _Single(family)))
+        if text.endswith(_EOF):
+            text = text[: -len(_EOF)]
+        name = ""
+        header: list[bytes] = []
+        samples: list[bytes] = []
+        for line in text.splitlines(keepends=True):
+            if line.startswith(b"# HELP "):
+                if header:
+                    out.append((name, b"".join(header), b"".join(samples)))
+                name, header, samples = line.split(b" ", 3)[2].decode(), [line], []
+            elif line.startswith(b"# ") and not samples:
+                header.append(line)
+            else:
+                samples.append(line)
+        if header:
+            out.append((name, b"".join(header), b"".join(samples)))
+    return out
+
+
+def join_rendered(per_node: Iterable[list[Rendered]], *, eof: bool) -> bytes:
+    """One exposition: each family's header once, then its samples of every node in order."""
+    headers: dict[str, bytes] = {}
+    samples: dict[str, list[bytes]] = {}
+    for rendered in per_node:
+        for name, header, lines in rendered:
+            if name not in headers:
+                headers[name] = header
+                samples[name] = []
+            samples[name].append(lines)
+    body = b"".join(headers[name] + b"".join(samples[name]) for name in headers)
+    return body + _EOF if eof else body
+
+
 class AgentMetrics:
     """The agents of every simulated node, synced every ``period`` and served together."""
 
@@ -243,26 +308,64 @@ class AgentMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self.families))
         self.cycles = 0
+        #: The encoder the last scrape asked for (its content type), and per node what its
+        #: agent's last sync rendered with it.
+        self._encoding: tuple[Encoder, str] = choose_encoder("")
+        self._rendered: dict[str, tuple[str, list[Rendered]]] = {}
 
     def add(self, agent: NodeAgent) -> None:
         self.agents[agent.node] = agent
+
+    def _served(self, node: str, agent: NodeAgent) -> bool:
+        return agent.sync.state.synced and self._exists(node) and not agent.down()
 
     def families(self) -> list[Metric]:
         served = {
             node: agent.families()
             for node, agent in sorted(self.agents.items())
-            if agent.sync.state.synced and self._exists(node) and not agent.down()
+            if self._served(node, agent)
         }
         return with_node_label(served)
 
+    def _render(self, agent: NodeAgent) -> list[Rendered]:
+        encode, content_type = self._encoding
+        rendered = render_node(agent.node, agent.families(), encode)
+        self._rendered[agent.node] = (content_type, rendered)
+        return rendered
+
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        """What a scrape with this Accept header gets, and its content type: every served
+        node's series as its agent's last sync rendered them (rendered now for a node whose
+        render is missing or in another format)."""
+        self._encoding = encode, content_type = choose_encoder(accept)
+        per_node = []
+        for node, agent in sorted(self.agents.items()):
+            if not self._served(node, agent):
+                continue
+            cached = self._rendered.get(node)
+            per_node.append(
+                cached[1]
+                if cached is not None and cached[0] == content_type
+                else self._render(agent)
+            )
+        eof = encode(cast(Collector, CollectorRegistry(auto_describe=False))).endswith(_EOF)
+        return join_rendered(per_node, eof=eof), content_type
+
     async def sync_once(self) -> None:
-        for agent in list(self.agents.values()):
+        for index, agent in enumerate(list(self.agents.values())):
+            if index % YIELD_EVERY == YIELD_EVERY - 1:
+                # A few agents at a time: the loop serves the others in between, and a cycle
+                # of hundreds stays well inside its period (yielding after every agent made
+                # a 220-agent cycle take up to 9 s of a 4 s period on a busy loop).
+                await asyncio.sleep(0)
             if agent.down():  # agent_down: it neither syncs nor answers
                 continue
             try:
                 await agent.sync.sync_once()
                 if agent.cleanup is not None:
                     await agent.cleanup.check_once()
+                if agent.sync.state.synced:
+                    self._render(agent)
             except Exception:  # one node's bug must not stop the others' metrics
                 log.exception("simulated agent of %s: sync failed", agent.node)
         self.cycles += 1
@@ -281,8 +384,8 @@ class AgentMetrics:
         async def metrics(request: web.Request) -> web.Response:
             if self._fail_scrape():
                 return web.Response(status=503, text="overloaded\n")
-            encode, content_type = choose_encoder(request.headers.get("Accept", ""))
-            return web.Response(body=encode(self.registry), headers={"Content-Type": content_type})
+            body, content_type = self.exposition(request.headers.get("Accept", ""))
+            return web.Response(body=body, headers={"Content-Type": content_type})
 
         async def healthz(request: web.Request) -> web.Response:
             return web.json_response({"status": "ok", "nodes": len(self.agents)})

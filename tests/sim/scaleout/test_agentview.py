@@ -4,9 +4,13 @@ runtime, served on one port with a node label on every series, while the node ex
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 
-from nodesync_sim.scaleout.agentview import with_node_label
+from exporter.metrics.collector import SnapshotCollector
+from nodesync_sim.scaleout.agentview import join_rendered, render_node, with_node_label
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
 from tests.sim.scaleout.support import doc, eventually, scrape, simulating
@@ -96,3 +100,39 @@ def test_families_of_several_nodes_merge_into_one_per_name_with_the_node_label()
         "nodesync_container_terminations_total",
         {"reason": "Error", "node": "a"},
     )
+
+
+@pytest.mark.parametrize(
+    "accept", ["", "application/openmetrics-text; version=1.0.0; charset=utf-8"]
+)
+def test_rendering_each_node_alone_and_joining_gives_the_exposition_of_all_of_them(
+    accept: str,
+) -> None:
+    """What a scrape serves (each agent rendered once per sync, joined at the scrape) is byte
+    for byte the exposition of every node's families rendered together (a counter's
+    ``_created`` series included, a family of its own in the text format)."""
+
+    def node_families(up: float, terminations: float | None) -> list[Metric]:
+        cri = GaugeMetricFamily("nodesync_cri_up", "up")
+        cri.add_metric([], up)
+        out: list[Metric] = [cri]
+        if terminations is not None:
+            total = CounterMetricFamily("nodesync_container_terminations", "t", labels=["reason"])
+            total.add_metric(["Error"], terminations, created=1_700_000_000.0)
+            out.append(total)
+        return out
+
+    per_node = {
+        "a": node_families(1.0, 3.0),
+        "b": node_families(0.0, None),
+        "c": node_families(1.0, 1.0),
+    }
+    encode, _ = choose_encoder(accept)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: with_node_label(per_node)))
+    together = encode(registry)
+    joined = join_rendered(
+        [render_node(node, families, encode) for node, families in per_node.items()],
+        eof=together.endswith(b"# EOF\n"),
+    )
+    assert joined == together
