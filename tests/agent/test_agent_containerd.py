@@ -133,8 +133,9 @@ async def test_exposition_passes_promtool_and_matches_the_docs(
         "the mixed pod to settle",
     )
     check_metrics(text)
-    documented = documented_metric_names(DOC.read_text(), "Agent") | documented_metric_names(
-        DOC.read_text(), "HTTP server"
+    markdown = DOC.read_text()
+    documented = set().union(
+        *(documented_metric_names(markdown, s) for s in ("Agent", "HTTP server", "Process"))
     )
     exposed = exposed_metric_names(text)
     undocumented = exposed - documented
