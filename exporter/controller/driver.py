@@ -7,7 +7,9 @@ node (``precheck``) and acts (``execute``); the step is recorded ``running`` wit
 observed before it acts (the intent), and its outcome with its Event after. Every status write
 carries the resourceVersion read (exporter.kube.noderollbacks), so exactly one writer starts a
 step. A step found ``running`` (after a wait, or a crash of another leader) runs again without
-new intent: every step is idempotent and finds out what its first run did.
+new intent: every step is idempotent and finds out what its first run did. A step's writes
+wait for the API budget at the step's index (exporter.kube.ratelimit), so that rollbacks not yet
+begun go before the later steps of those under way.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from exporter.controller.steps import (
 )
 from exporter.kube.informer import Backoff
 from exporter.kube.noderollbacks import RollbackWrites
+from exporter.kube.ratelimit import write_priority
 from exporter.metrics.rollback import RollbackMetrics
 from exporter.model.alerts import RESOLVED
 from exporter.model.rollback import (
+    FENCING_STEPS,
     FINISHED_STEP_STATES,
     NodeRollback,
     Phase,
@@ -83,8 +87,9 @@ class Driver:
         self._clock = clock
         self._retry = retry
 
-    async def drive(self, name: str) -> None:
-        """Run the rollback's steps until it ends or waits."""
+    async def drive(self, name: str, *, fencing_only: bool = False) -> None:
+        """Run the rollback's steps until it ends or waits; with ``fencing_only``, until its
+        next step is not a fencing one (it needs a concurrency slot)."""
         while True:
             rollback = await self._writes.get(name)
             if rollback is None or not rollback.active:
@@ -95,8 +100,11 @@ class Driver:
             index = current_step(rollback.status)
             if index is None:
                 return  # bring_up_to_date ended it
-            if not await self._step(rollback, index):
+            if fencing_only and rollback.status.steps[index].kind not in FENCING_STEPS:
                 return
+            with write_priority(index):  # later steps yield the budget to earlier ones
+                if not await self._step(rollback, index):
+                    return
 
     async def _bring_up_to_date(self, rollback: NodeRollback) -> NodeRollback | None:
         """Write the first status of a rollback created without one, replan an escalated one,

@@ -5,10 +5,11 @@ One pass (after each committed webhook delivery, after a rollback stops or waits
 interval), while this controller leads:
 
 1. The intake decides every new alert in the journal.
-2. Every active NodeRollback without a driver gets one, oldest first; node rollbacks only while
-   fewer than ``--guard.max-concurrent-rollbacks`` are being driven (the others stay queued). A
-   rollback that waits (for its node's agent, a PodDisruptionBudget, a pause) has no driver
-   until its next attempt is due, so it holds no slot.
+2. Every active NodeRollback without a driver gets one, oldest first. A node rollback's fencing
+   steps (cordon, taint: they only keep new pods off a failed node) run at once; the steps after
+   them only while fewer than ``--guard.max-concurrent-rollbacks`` are being driven (the others
+   stay queued, cordoned). A rollback that waits (for its node's agent, a PodDisruptionBudget,
+   a pause) has no driver until its next attempt is due, so it holds no slot.
 3. Finished NodeRollbacks older than ``--rollback.retention`` are deleted.
 
 Driving one rollback (exporter.controller.driver) runs its steps in order. For each: the live
@@ -63,6 +64,7 @@ from exporter.model.rollback import (
     Action,
     Phase,
 )
+from exporter.model.rollback_state import fencing_next
 from exporter.settings.declare import log_fields
 
 log = logging.getLogger(__name__)
@@ -290,11 +292,16 @@ class Executor:
             if name in self._tasks or self._not_before.get(name, 0.0) > now:
                 continue
             slot = rollback.spec.action is Action.ROLLBACK_NODE
+            fencing_only = False
             if slot and held >= self._policy.max_concurrent_rollbacks:
-                continue  # queued: it starts when a driven one finishes or waits
+                if not fencing_next(rollback.status):
+                    continue  # queued: it goes on when a driven one finishes or waits
+                slot, fencing_only = False, True  # cordon and taint need no slot
             held += slot
             self._slots[name] = slot
-            task = asyncio.create_task(self._drive(name), name=f"rollback-{name}")
+            task = asyncio.create_task(
+                self._drive(name, fencing_only=fencing_only), name=f"rollback-{name}"
+            )
             self._tasks[name] = task
             task.add_done_callback(functools.partial(self._task_done, name))
 
@@ -350,9 +357,9 @@ class Executor:
     def _wait_until(self, name: str, seconds: float) -> None:
         self._not_before[name] = asyncio.get_running_loop().time() + seconds
 
-    async def _drive(self, name: str) -> None:
+    async def _drive(self, name: str, *, fencing_only: bool) -> None:
         self._not_before.pop(name, None)
-        await self._driver.drive(name)
+        await self._driver.drive(name, fencing_only=fencing_only)
 
 
 # ---------------------------------------------------------------- the controller app

@@ -25,9 +25,10 @@ Blast radius applies to node rollbacks (``rollback_node``) only: evicting one po
 node's orphans does not take a node away. Every other guard applies to every plan.
 ``correlated_failure`` is a *deferring* reason (see ``DEFERRING``): the plan is not refused for
 good, it waits and is evaluated again. An alert about a node that has a rollback already joins
-or escalates it (exporter.model.decision) instead of being judged again. How many rollbacks run
-at once (``max_concurrent_rollbacks``) is the executor's queue, not a refusal; the API write
-budget (the token bucket) is enforced by the writer and only reported here.
+or escalates it (exporter.model.decision) instead of being judged again. How many rollbacks go
+past their cordon and taint at once (``max_concurrent_rollbacks``) is the executor's queue, not a
+refusal; the API write budget (the token bucket) is enforced by the writer and only reported
+here.
 
 The rollbacks decided so far (:class:`GuardState`) are the NodeRollbacks in the cluster, so a
 controller that takes over after a failover counts what the one before it decided.
@@ -151,7 +152,8 @@ class GuardPolicy:
     max_concurrent_rollbacks: int = setting(
         "--guard.max-concurrent-rollbacks",
         "3",
-        "node rollbacks running at once; further ones wait",
+        "node rollbacks draining, cleaning up or deleting at once; further ones wait, "
+        "cordoned and tainted",
         POSITIVE_COUNT,
         aliases=("--max-concurrent-rollbacks",),
     )

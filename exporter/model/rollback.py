@@ -62,6 +62,11 @@ class StepKind(enum.Enum):
     DELETE_NODE = "delete_node"  # only with --rollback.delete-nodes
 
 
+#: The steps that only keep new pods off a node: they run as soon as a rollback is decided, and
+#: the ones after them (which evict, clean up, delete) wait for a concurrency slot.
+FENCING_STEPS = frozenset({StepKind.CORDON, StepKind.TAINT})
+
+
 class StepState(enum.Enum):
     PENDING = "pending"
     RUNNING = "running"  # started: its effect may have happened (intent before effect)
@@ -76,7 +81,7 @@ FINISHED_STEP_STATES = frozenset({StepState.DONE, StepState.SKIPPED, StepState.F
 class Phase(enum.Enum):
     """A NodeRollback's phase (``status.phase``)."""
 
-    PENDING = "Pending"  # decided, no step started (queued for a concurrency slot)
+    PENDING = "Pending"  # decided, no step started
     RUNNING = "Running"  # a step runs
     WAITING = "Waiting"  # between attempts: for the agent, a PodDisruptionBudget, a pause
     SUCCEEDED = "Succeeded"

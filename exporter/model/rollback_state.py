@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from exporter.model.alerts import same_episode
 from exporter.model.rollback import (
+    FENCING_STEPS,
     FINISHED_STEP_STATES,
     Phase,
     PodTarget,
@@ -71,6 +72,12 @@ def current_step(status: RollbackStatus) -> int | None:
     return next(
         (i for i, s in enumerate(status.steps) if s.state not in FINISHED_STEP_STATES), None
     )
+
+
+def fencing_next(status: RollbackStatus) -> bool:
+    """The rollback has not begun, or its next step is a fencing one (cordon, taint)."""
+    index = current_step(status)
+    return not status.steps or (index is not None and status.steps[index].kind in FENCING_STEPS)
 
 
 def _with_step(status: RollbackStatus, index: int, step: StepStatus) -> tuple[StepStatus, ...]:

@@ -599,6 +599,40 @@ async def test_waiting_for_an_agent_holds_no_slot(b: Bench) -> None:
     assert [r.status.phase for r in b.rollbacks()] == [Phase.SUCCEEDED] * 2
 
 
+async def test_queued_rollbacks_are_cordoned_and_tainted_at_once(b: Bench) -> None:
+    """With one slot held by a drain in progress, the rollbacks queued behind it fence their
+    nodes (cordon, taint) without a slot; their drains wait for it."""
+    for i in (1, 2, 3):
+        b.add_node(f"new-{i}")
+        b.add_pod(f"app-{i}", f"new-{i}")
+    await b.wait_cluster(3)
+    eviction = "/api/v1/namespaces/default/pods/app-1/eviction"
+    b.server.faults.add_latency(8.0, path_prefix=eviction, verb="create")
+    executor = b.executor(settings(max_concurrent_rollbacks=1, max_rollback_fraction=1.0))
+    await b.deliver(alert("new-1"))
+    await until(lambda: _step_is(b, "drain", StepState.RUNNING, executor), "new-1's drain")
+    await b.deliver(alert("new-2"), alert("new-3"))
+
+    async def queued_ones_fenced() -> bool:
+        await executor.run_once()
+        states = {r.spec.node: dict(step_states(r)) for r in b.rollbacks()}
+        return all(
+            states.get(n, {}).get("taint") == "done" and states[n]["drain"] == "pending"
+            for n in ("new-2", "new-3")
+        )
+
+    await until(queued_ones_fenced, "new-2 and new-3 cordoned and tainted", within=6.0)
+    [first] = [r for r in b.rollbacks() if r.spec.node == "new-1"]
+    assert dict(step_states(first))["drain"] == "running"  # the slot is still held
+    for n in ("new-2", "new-3"):
+        node = b.node(n)
+        assert node["spec"]["unschedulable"] is True
+        assert [t["key"] for t in node["spec"]["taints"]] == ["nodesync.io/rollback"]
+    b.server.faults.clear()
+    await b.settled(executor)
+    assert [r.status.phase for r in b.rollbacks()] == [Phase.SUCCEEDED] * 3
+
+
 async def test_an_alert_resolved_before_its_rollback_started_cancels_it(b: Bench) -> None:
     b.add_node("new-1")
     await b.wait_cluster(1)
