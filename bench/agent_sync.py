@@ -39,8 +39,8 @@ import grpc.aio
 import psutil
 from prometheus_client import CollectorRegistry
 
-from bench.harness.processes import start_nodesync
-from bench.harness.readiness import wait_until
+from bench.harness.processes import Children, python_child, start_nodesync
+from bench.harness.readiness import wait_port, wait_until
 from bench.harness.report import command, machine
 from bench.harness.samplers import peak_rss_bytes, rss_bytes
 from bench.harness.stats import percentile
@@ -126,7 +126,7 @@ async def _reports_pods(port: int, pods: int) -> bool:
 
 
 def _start_agent(
-    containerd: LocalContainerd, port: int, kubelet_root: Path, log: Path
+    containerd: LocalContainerd, port: int, kubelet_root: Path, healthz: str, log: Path
 ) -> ChildProcess:
     """A real ``nodesync agent`` on the same containerd, without an API view."""
     return start_nodesync(
@@ -141,6 +141,8 @@ def _start_agent(
         str(containerd.root),
         "--kubelet.root-dir",
         str(kubelet_root),
+        "--kubelet.healthz-url",
+        healthz,
         "--log.level",
         "warning",
         log=log,
@@ -155,7 +157,16 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
     containerd = LocalContainerd()
     await asyncio.to_thread(containerd.start)
     agent: ChildProcess | None = None
+    children = Children()
     try:
+        kubelet_port = free_port()
+        stand_in = children.start(
+            python_child(
+                "bench.kubelet_healthz", "--port", str(kubelet_port), log=workdir / "kubelet.log"
+            )
+        )
+        await wait_port(stand_in, kubelet_port, within=30)
+        healthz = f"http://127.0.0.1:{kubelet_port}/healthz"
         await _create_pods(containerd.endpoint, pods)
         channel = grpc.aio.insecure_channel(containerd.endpoint)
         runtime = api_pb2_grpc.RuntimeServiceStub(channel)
@@ -174,7 +185,7 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
 
         registry = CollectorRegistry()
         client = CRIClient(containerd.endpoint, timeout=5, observer=CRIRequestMetrics(registry))
-        kubelet = KubeletProbe(f"http://127.0.0.1:{free_port()}/healthz", str(kubelet_root), 1.0)
+        kubelet = KubeletProbe(healthz, str(kubelet_root), 1.0)
         reader = RuntimeReader(client)
         sync = AgentSync(
             reader,
@@ -185,6 +196,8 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
         )
         first = await sync.sync_once()
         assert first.runtime is not None, "runtime not reachable"
+        assert first.kubelet is not None, "no kubelet snapshot"
+        assert first.kubelet.healthy, "the kubelet stand-in is not healthy"
         assert len(first.runtime.sandboxes) == pods, len(first.runtime.sandboxes)
         stats = await sync.refresh_stats()
         assert stats is not None, "no stats"
@@ -211,7 +224,7 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
                     times[kind].append(await cpu.timed(kind, fn))
 
         port = free_port()
-        agent = _start_agent(containerd, port, kubelet_root, workdir / "agent.log")
+        agent = _start_agent(containerd, port, kubelet_root, healthz, workdir / "agent.log")
         await wait_until(
             agent,
             partial(_reports_pods, port, pods),
@@ -262,6 +275,7 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
     finally:
         if agent is not None:
             agent.stop()
+        children.stop_all()
         await asyncio.to_thread(containerd.cleanup)
         shutil.rmtree(workdir, ignore_errors=True)
 
