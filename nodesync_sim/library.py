@@ -14,6 +14,11 @@ expects; recall the share of the expected decisions that were taken (1.0 when th
 to take, or nothing taken). The time from fault to first step is, for each expected action
 taken, from the node's first fault starting (the simulator's timeline) to the controller's
 first write about it (a write to the Node, or an eviction of its pod).
+
+Every scenario also checks the controller's API writes against its token bucket
+(``--apiserver.qps``, ``--apiserver.burst``), as the API server received them: no stretch of
+the run has more writes than a full bucket and its refill allow, give or take
+``BUCKET_SLACK`` (a write is seen when it arrives, a little after it took its token).
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ from nodesync_sim.scaleout import timeline
 from nodesync_sim.scaleout.scenario import Scenario, ScenarioError, load
 
 log = logging.getLogger(__name__)
+
+#: Writes a stretch may be over the bucket's bound as the server sees them: the time from taking
+#: a token to the request's arrival varies by a few milliseconds.
+BUCKET_SLACK = 1.0
+#: The controller's writes its rate limiter does not cover (leader election's Lease).
+UNLIMITED_RESOURCES = frozenset({"leases"})
 
 PAUSED = "max_over_time(cluster:nodesync_actions_paused:bool[{seconds}s])"
 FIRED = 'max_over_time(ALERTS{{alertname="{alert}",alertstate="firing"}}[{seconds}s])'
@@ -113,6 +124,39 @@ def first_steps(chain: Chain, nodes: Iterable[str]) -> dict[str, float]:
     return out
 
 
+def bucket_excess(
+    times: Iterable[float], qps: float, burst: int, refills: Iterable[float] = ()
+) -> float:
+    """How many writes, at most, a stretch of ``times`` had beyond what a token bucket of
+    ``qps`` and ``burst`` allows; 0.0 when it never went past it. The bucket starts full, and
+    full again at each of ``refills`` (a controller process started again)."""
+    tokens, last, worst = float(burst), None, 0.0
+    pending = sorted(refills)
+    for at in sorted(times):
+        while pending and pending[0] <= at:
+            tokens, last = float(burst), pending.pop(0)
+        if last is not None:
+            tokens = min(float(burst), tokens + (at - last) * qps)
+        last = at
+        tokens -= 1.0
+        worst = max(worst, -tokens)
+    return worst
+
+
+def write_budget_problems(chain: Chain) -> list[str]:
+    """The controller's writes past its token bucket, as a problem line (none: within it)."""
+    settings = chain.executor_settings
+    times = [e.at for e in chain.audit.by(CONTROLLER_USER) if e.resource not in UNLIMITED_RESOURCES]
+    refills = [back for _, back, _ in chain.controller_restarts]
+    excess = bucket_excess(times, settings.api_qps, settings.api_burst, refills)
+    if excess <= BUCKET_SLACK:
+        return []
+    return [
+        f"the controller's {len(times)} writes went {excess:.1f} past its token bucket "
+        f"(qps {settings.api_qps:g}, burst {settings.api_burst})"
+    ]
+
+
 def staged_problems(chain: Chain) -> list[str]:
     """What the scenario stages that did not happen, so that it tests nothing: a controller
     restart that never came, a PodDisruptionBudget relaxed later that never refused an
@@ -168,6 +212,7 @@ async def run_scenario(scenario: Scenario) -> Outcome:
                     "rollbacks were paused" if paused else "rollbacks were never paused"
                 )
         problems += staged_problems(chain)
+        problems += write_budget_problems(chain)
         for alert in expect.alerts:
             fired = await chain.prom.query_async(
                 FIRED.format(alert=alert, seconds=int(expect.run_seconds + 30))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodesync_sim.library import Outcome, library, report, total
+from nodesync_sim.library import Outcome, bucket_excess, library, report, total
 from nodesync_sim.scaleout.scenario import ScenarioError
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -37,6 +37,31 @@ def test_a_missed_pause_or_deadline_fails_the_scenario() -> None:
     assert outcome.precision == outcome.recall == 1.0
     assert not outcome.passed
     assert "rollbacks were never paused" in report(outcome)
+
+
+def test_writes_within_the_token_bucket_have_no_excess() -> None:
+    # qps 2, burst 3: a burst of three at once, then one every half second.
+    paced = [0.0, 0.0, 0.0, 0.5, 1.0, 1.5, 2.0]
+    assert bucket_excess(paced, qps=2.0, burst=3) == 0.0
+    # After a quiet stretch the bucket is full again (capped at the burst, not more).
+    assert bucket_excess([*paced, 10.0, 10.0, 10.0], qps=2.0, burst=3) == 0.0
+    assert bucket_excess([], qps=2.0, burst=3) == 0.0
+
+
+def test_writes_past_the_token_bucket_show_by_how_many() -> None:
+    assert bucket_excess([0.0] * 5, qps=2.0, burst=3) == pytest.approx(2.0)
+    # The refill is capped: a long quiet stretch buys a burst, not a backlog.
+    assert bucket_excess([0.0, 100.0, 100.0, 100.0, 100.0], qps=2.0, burst=3) == pytest.approx(1.0)
+    # Paced too fast after the burst: 4 a second where 2 are allowed.
+    fast = [0.0, 0.0, 0.0] + [0.25 * i for i in range(1, 9)]
+    assert bucket_excess(fast, qps=2.0, burst=3) == pytest.approx(4.0)
+
+
+def test_a_controller_started_again_has_a_full_bucket() -> None:
+    # Burst spent at 0; the process starts again at 1.0 with a full bucket of 3.
+    writes = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    assert bucket_excess(writes, qps=0.5, burst=3) == pytest.approx(2.5)
+    assert bucket_excess(writes, qps=0.5, burst=3, refills=[1.0]) == 0.0
 
 
 def test_report_and_total_name_every_figure() -> None:
