@@ -208,11 +208,15 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
         assert containerd.pid is not None, "containerd is not running"
         cpu = RuntimeCPU(containerd.pid)
         order = random.Random(14)
-        times: dict[str, list[float]] = {k: [] for k in ("bare_state", "cycle", "bare_stats")}
-        times["stats_refresh"] = []
+        kinds = ("bare_state", "cycle", "runtime_read", "host_read", "kubelet_read")
+        times: dict[str, list[float]] = {k: [] for k in (*kinds, "bare_stats", "stats_refresh")}
+        host_read = partial(read_host, str(containerd.root), str(kubelet_root))
         state_pair: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("bare_state", bare_state),
             ("cycle", sync.sync_once),
+            ("runtime_read", reader.read),
+            ("host_read", partial(asyncio.to_thread, host_read)),
+            ("kubelet_read", kubelet.read),
         ]
         stats_pair: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("bare_stats", bare_stats),
@@ -256,6 +260,9 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
             "rounds": rounds,
             "bare_state_calls": summary["bare_state"],
             "sync_cycle": summary["cycle"],
+            "sync_cycle_parts": {
+                kind: summary[kind] for kind in ("runtime_read", "host_read", "kubelet_read")
+            },
             "cycle_over_bare_state_median": summary["cycle"]["median_ms"]
             / summary["bare_state"]["median_ms"],
             "cycle_over_bare_state_paired_median": statistics.median(paired),

@@ -7,15 +7,16 @@ The lists (ListPodSandbox, ListContainers) come back sorted by id, and a sandbox
 listed again in the same state is the very object of the previous list: CRI changes nothing
 of a listed object but its state (labels, annotations, metadata, image and times are fixed at
 creation), so converting 220 messages again on every sync cycle would cost more than the
-calls themselves (~3.5 ms against ~3 ms at 110 pods).
+calls themselves (~3.5 ms against ~3 ms at 110 pods). When no item changed, the list is the
+previous list's tuple itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 import grpc.aio
@@ -71,8 +72,8 @@ class CRIClient:
         self._runtime_stub: Any = None
         self._image_stub: Any = None
         # The last lists' objects by (id, state): what an unchanged item converts to.
-        self._sandboxes: dict[tuple[str, int], PodSandbox] = {}
-        self._containers: dict[tuple[str, int], Container] = {}
+        self._sandboxes: _Listing[PodSandbox] = _Listing()
+        self._containers: _Listing[Container] = _Listing()
 
     @property
     def endpoint(self) -> str:
@@ -150,8 +151,8 @@ class CRIClient:
         reply = await self._call(
             "list_podsandbox", self._runtime.ListPodSandbox, api_pb2.ListPodSandboxRequest()
         )
-        self._sandboxes, listed = _converted(reply.items, self._sandboxes, convert.pod_sandbox)
-        return listed
+        self._sandboxes = _converted(reply.items, self._sandboxes, convert.pod_sandbox)
+        return self._sandboxes.listed
 
     async def pod_sandbox_status(self, pod_sandbox_id: str) -> PodSandbox:
         reply = await self._call(
@@ -165,8 +166,8 @@ class CRIClient:
         reply = await self._call(
             "list_containers", self._runtime.ListContainers, api_pb2.ListContainersRequest()
         )
-        self._containers, listed = _converted(reply.containers, self._containers, convert.container)
-        return listed
+        self._containers = _converted(reply.containers, self._containers, convert.container)
+        return self._containers.listed
 
     async def container_status(self, container_id: str, pod_sandbox_id: str = "") -> Container:
         """Status of one container, with exit code, reason, message and start/finish times.
@@ -252,13 +253,30 @@ class CRIClient:
 __all__ = ["CRIClient", "CRIError", "RequestObserver"]
 
 
+class _Listing(Generic[T]):
+    """The objects of the last list, by (id, state), and that list sorted by id."""
+
+    __slots__ = ("by_key", "listed")
+
+    def __init__(
+        self, by_key: dict[tuple[str, int], T] | None = None, listed: tuple[T, ...] = ()
+    ) -> None:
+        self.by_key: dict[tuple[str, int], T] = by_key or {}
+        self.listed = listed
+
+
 def _converted(
-    items: Iterable[Any], previous: dict[tuple[str, int], T], make: Callable[[Any], T]
-) -> tuple[dict[tuple[str, int], T], tuple[T, ...]]:
+    items: Sequence[Any], previous: _Listing[T], make: Callable[[Any], T]
+) -> _Listing[T]:
     """The listed messages as objects sorted by id, reusing those of ``previous`` whose id and
-    state are unchanged; and the memo for the next list (only what this list holds)."""
+    state are unchanged (the memo holds only what this list holds). When every message is
+    unchanged, ``previous`` itself: its tuple, not a copy, so that callers can tell by identity.
+    """
+    keys = [(item.id, item.state) for item in items]
+    known = previous.by_key
+    if len(keys) == len(known) and all(key in known for key in keys):  # ids are unique
+        return previous
     memo: dict[tuple[str, int], T] = {}
-    for item in items:
-        key = (item.id, item.state)
-        memo[key] = previous.get(key) or make(item)
-    return memo, tuple(memo[key] for key in sorted(memo))
+    for item, key in zip(items, keys, strict=True):
+        memo[key] = known.get(key) or make(item)
+    return _Listing(memo, tuple(memo[key] for key in sorted(memo)))

@@ -5,7 +5,9 @@ asked only for exited containers not seen before: an exited container never chan
 status is cached by id until the container disappears. A steady node costs no conversion:
 unchanged sandboxes and containers are the objects of the previous read (exporter.cri.client),
 and when none changed, the snapshot's ``sandboxes`` and ``containers`` are the previous
-snapshot's tuples themselves, so that its consumers can tell "unchanged" by identity.
+snapshot's tuples themselves, so that its consumers can tell "unchanged" by identity. Such a
+read does nothing but the calls: no status lookups, no join (unless an exited container's status
+could not be read yet: that is asked again on every read until it is known).
 
 The containers' resource usage (ListContainerStats, ~100x the cost of the state calls at 110
 pods) is a read of its own, :meth:`RuntimeReader.read_stats`, which the agent makes on its own
@@ -47,6 +49,10 @@ class RuntimeReader:
         self._joined: dict[str, tuple[Container, PodSandbox | None, Container]] = {}
         self._sandboxes: tuple[PodSandbox, ...] = ()
         self._containers: tuple[Container, ...] = ()
+        # The client's last lists (the same tuples while nothing changed: exporter.cri.client)
+        # and whether every exited container among them has its status cached.
+        self._listed: tuple[tuple[PodSandbox, ...], tuple[Container, ...]] = ((), ())
+        self._settled = False
 
     @property
     def cached_container_ids(self) -> frozenset[str]:
@@ -85,9 +91,13 @@ class RuntimeReader:
         if not isinstance(version, BaseException):
             self._version = version
 
-        resolved = await self._resolve_exited(containers)
-        self._sandboxes = _same_or_new(sandboxes, self._sandboxes)
-        self._containers = _same_or_new(self._join(resolved, sandboxes), self._containers)
+        unchanged = sandboxes is self._listed[0] and containers is self._listed[1]
+        if not unchanged or not self._settled:
+            # Something changed, or an exited container's status is still to be read.
+            resolved = await self._resolve_exited(containers)
+            self._sandboxes = _same_or_new(sandboxes, self._sandboxes)
+            self._containers = _same_or_new(self._join(resolved, sandboxes), self._containers)
+            self._listed = (sandboxes, containers)
         return RuntimeSnapshot(
             taken_at=taken_at,
             version=self._version,
@@ -145,6 +155,7 @@ class RuntimeReader:
                 if found is not None and found.state is ContainerState.EXITED:
                     self._exited[found.id] = found
 
+        self._settled = all(c.id in self._exited for c in todo)
         return [
             self._exited.get(c.id, c) if c.state is ContainerState.EXITED else c for c in listed
         ]
@@ -156,6 +167,8 @@ async def _done(value: T) -> T:
 
 def _same_or_new(new: tuple[T, ...], old: tuple[T, ...]) -> tuple[T, ...]:
     """``old`` itself when ``new`` holds the same objects in the same order, else ``new``."""
+    if new is old:
+        return old
     if len(new) == len(old) and all(a is b for a, b in zip(new, old, strict=True)):
         return old
     return new
