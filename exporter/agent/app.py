@@ -141,11 +141,12 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """Alive while the sync loop keeps cycling (a hung loop would serve stale data forever)."""
+    """Alive while both sync schedules (the runtime's, the node probes') keep cycling: a hung
+    loop would serve stale data forever."""
     settings = request.app[SETTINGS]
     sync = request.app[SYNC]
     cri = sync.state.sources.get(SOURCE_CRI)
-    stale_after = 3 * settings.sync_period + 4 * settings.cri_timeout
+    stale_after = 3 * settings.sync_period + 4 * max(settings.cri_timeout, settings.kubelet_timeout)
     last = sync.last_cycle_end
     if last is not None and time.monotonic() - last > stale_after:
         return web.json_response({"status": "sync loop stalled"}, status=503)

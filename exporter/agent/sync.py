@@ -3,6 +3,11 @@
 A scrape never waits on containerd: it renders the state published by the last completed
 sync. Each source fails on its own: a frozen containerd does not stop the host probes.
 
+After the first cycle (every source read at once) the runtime's state and the node probes (the
+host and kubelet) are read on schedules of their own, of the same period, so that neither waits
+for the other: a kubelet healthz that takes its whole timeout does not age the runtime's state,
+and a sync cycle (:meth:`AgentSync.sync_runtime`) costs about the CRI calls it makes.
+
 The containers' resource usage (CRI ListContainerStats) is not part of a sync cycle: at 110
 pods it costs containerd and its shims ~100x the state calls, so it is refreshed on a period
 of its own (:meth:`AgentSync.run_stats`, ``--stats.period``) and published into the same state.
@@ -15,7 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from exporter.agent.state import AgentState, SourceState
@@ -96,10 +101,14 @@ class AgentSync:
         self._known_pod_uids: frozenset[str] = frozenset()
         self._listed: tuple[tuple[PodSandbox, ...], tuple[Container, ...]] | None = None
         self._phases: dict[PodPhase, int] = {}
+        self._sources: dict[str, SourceState] = {}
+        self._host: HostSnapshot | None = None
+        self._kubelet_snapshot: KubeletSnapshot | None = None
         self._state = AgentState()
         self._synced = asyncio.Event()
         self._wake = asyncio.Event()
-        self.last_cycle_end: float | None = None
+        self.last_runtime_end: float | None = None
+        self.last_probe_end: float | None = None
 
     @property
     def state(self) -> AgentState:
@@ -109,24 +118,25 @@ class AgentSync:
         await self._synced.wait()
 
     async def sync_once(self) -> AgentState:
+        """Read every source once and publish the state: the node probes, then the runtime
+        (whose drift needs kubelet's pod directories). The first cycle of :meth:`run`."""
+        await self.probe_node()
+        return await self.sync_runtime()
+
+    async def sync_runtime(self) -> AgentState:
+        """One sync cycle: read the runtime's state and publish it, with what follows from it
+        and the latest node probes. Timed by the durations observer."""
         started = time.perf_counter()
-        runtime, host, kubelet = await asyncio.gather(
-            self._read_runtime(), self._read_host_safely(), self._read_kubelet()
-        )
+        runtime = await self._read_runtime()
         now = self._clock()
-        previous = self._state.sources
-        sources = {
-            SOURCE_CRI: _source(previous.get(SOURCE_CRI), runtime, now),
-            SOURCE_HOST: _source(previous.get(SOURCE_HOST), host, now),
-            SOURCE_KUBELET: _source(previous.get(SOURCE_KUBELET), kubelet, now),
-            SOURCE_APISERVER: self._api_source(),
-        }
+        previous = self._state.sources.get(SOURCE_CRI)
+        self._sources[SOURCE_CRI] = _source(previous, runtime, now)
+        self._sources[SOURCE_APISERVER] = self._api_source()
         snapshot = runtime if isinstance(runtime, RuntimeSnapshot) else None
         if snapshot is not None:
             self._observe_listing(snapshot)
             self._terminations.observe(snapshot.containers, now)
-        host_snapshot = host if isinstance(host, HostSnapshot) else None
-        kubelet_snapshot = kubelet if isinstance(kubelet, KubeletSnapshot) else None
+        host, kubelet = self._host, self._kubelet_snapshot
         pods = self._api.pods() if self._api is not None else None
         self._state = AgentState(
             runtime=snapshot,
@@ -136,19 +146,46 @@ class AgentSync:
             else phase_counts(None, self._known_pod_uids),
             terminations=dict(self._terminations.totals()),
             loops=tuple(self._terminations.loops(now)),
-            host=host_snapshot,
-            pressure=pressure(host_snapshot) if host_snapshot else {},
-            kubelet=kubelet_snapshot,
-            sources=sources,
+            host=host,
+            pressure=pressure(host) if host else {},
+            kubelet=kubelet,
+            sources=dict(self._sources),
             api_phases=api_phase_counts(pods) if pods is not None else None,
             problems=tuple(pod_problems(pods, now)) if pods is not None else None,
-            drift=self._drift(pods, snapshot, kubelet_snapshot, now),
+            drift=self._drift(pods, snapshot, kubelet, now),
             synced=True,
         )
         self._durations.observe(time.perf_counter() - started)
-        self.last_cycle_end = time.monotonic()
+        self.last_runtime_end = time.monotonic()
         self._synced.set()
         return self._state
+
+    async def probe_node(self) -> AgentState:
+        """Read the host and kubelet (concurrently) and publish them into the current state."""
+        host, kubelet = await asyncio.gather(self._read_host_safely(), self._read_kubelet())
+        now = self._clock()
+        previous = self._state.sources
+        self._sources[SOURCE_HOST] = _source(previous.get(SOURCE_HOST), host, now)
+        self._sources[SOURCE_KUBELET] = _source(previous.get(SOURCE_KUBELET), kubelet, now)
+        self._host = host if isinstance(host, HostSnapshot) else None
+        self._kubelet_snapshot = kubelet if isinstance(kubelet, KubeletSnapshot) else None
+        if self._state.synced:  # before the first sync cycle the state stays the empty one
+            self._state = dataclasses.replace(
+                self._state,
+                host=self._host,
+                pressure=pressure(self._host) if self._host else {},
+                kubelet=self._kubelet_snapshot,
+                sources=dict(self._sources),
+            )
+        self.last_probe_end = time.monotonic()
+        return self._state
+
+    @property
+    def last_cycle_end(self) -> float | None:
+        """When both schedules last finished (the older of the two), monotonic; None before."""
+        if self.last_runtime_end is None or self.last_probe_end is None:
+            return None
+        return min(self.last_runtime_end, self.last_probe_end)
 
     def _observe_listing(self, snapshot: RuntimeSnapshot) -> None:
         """Pods and their phases from a listing; none of it again when the listing is the
@@ -226,22 +263,41 @@ class AgentSync:
         self._wake.set()
 
     async def run(self, period: float) -> None:
-        """Sync every ``period`` seconds until cancelled; a slow cycle delays, never overlaps."""
-        next_at = time.monotonic()
+        """Sync every ``period`` seconds until cancelled: one whole cycle first, then the
+        runtime and the node probes each on its own schedule of that period. A slow cycle
+        delays its own schedule, never overlaps itself, and never delays the other."""
+        await _guarded(self.sync_once, "sync cycle failed")
+        await asyncio.gather(
+            self._every(period, self.sync_runtime, "sync cycle failed", self._wake),
+            self._every(period, self.probe_node, "node probe failed"),
+        )
+
+    @staticmethod
+    async def _every(
+        period: float,
+        cycle: Callable[[], Awaitable[object]],
+        failed: str,
+        wake: asyncio.Event | None = None,
+    ) -> None:
+        """Run ``cycle`` every ``period`` seconds, the first a period from now; re-anchor the
+        schedule when behind or when ``wake`` is set (then run at once)."""
+        next_at = time.monotonic() + period
         while True:
-            self._wake.clear()
-            try:
-                await self.sync_once()
-            except Exception:  # a bug in one cycle must not kill the loop
-                log.exception("sync cycle failed")
-            next_at += period
+            woken = False
             delay = next_at - time.monotonic()
-            if delay < 0:  # fell behind: start the next cycle now, re-anchor the schedule
-                next_at = time.monotonic()
-                delay = 0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
-                next_at = time.monotonic()  # woken: the schedule starts again from now
+            if delay > 0 and wake is None:
+                await asyncio.sleep(delay)
+            elif delay > 0 and wake is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), delay)
+                    woken = True
+            if wake is not None:
+                wake.clear()
+            started = time.monotonic()
+            await _guarded(cycle, failed)
+            # Woken: the schedule starts again from then. Behind: run now and re-anchor.
+            next_at = started + period if woken else next_at + period
+            next_at = max(next_at, time.monotonic())
 
     async def _read_runtime(self) -> RuntimeSnapshot | Exception:
         try:
@@ -266,6 +322,13 @@ class AgentSync:
         if not snapshot.healthy and _was_up(self._state.sources.get(SOURCE_KUBELET)):
             log.warning("kubelet healthz failing", extra={"error": snapshot.error})
         return snapshot
+
+
+async def _guarded(cycle: Callable[[], Awaitable[object]], failed: str) -> None:
+    try:
+        await cycle()
+    except Exception:  # a bug in one cycle must not kill its loop
+        log.exception(failed)
 
 
 def _source(previous: SourceState | None, result: object, now: float) -> SourceState:

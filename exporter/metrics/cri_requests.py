@@ -15,7 +15,7 @@ def exponential_buckets(start: float, factor: float, count: int) -> tuple[float,
 #: kubelet's buckets for its runtime operation durations: ExponentialBuckets(0.005, 2.5, 14).
 CRI_BUCKETS: Final = exponential_buckets(0.005, 2.5, 14)
 
-#: One sync reads the runtime, host and kubelet, each call with a deadline of a few seconds.
+#: One sync cycle reads the runtime's state, each call with a deadline of a few seconds.
 SYNC_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 GRPC_OK: Final = "OK"
@@ -61,7 +61,8 @@ class SyncMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self._duration = Histogram(
             "nodesync_sync_duration_seconds",
-            "Duration of one agent sync cycle (reading every source; container stats apart).",
+            "Duration of one agent sync cycle: reading the runtime's state and publishing it "
+            "(host and kubelet probes and container stats on schedules of their own).",
             buckets=SYNC_BUCKETS,
             registry=registry,
         )

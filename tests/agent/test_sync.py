@@ -57,9 +57,12 @@ class FakeRuntime:
     stats_fail: bool = False
     reads: int = 0
     stats_reads: int = 0
+    hang: asyncio.Event | None = None  # while set to an unset event, a read waits for it
 
     async def read(self) -> RuntimeSnapshot:
         self.reads += 1
+        if self.hang is not None:
+            await self.hang.wait()
         if self.fail:
             raise RuntimeTimeout("list_podsandbox", "DEADLINE_EXCEEDED", "deadline exceeded")
         return _snapshot()
@@ -75,8 +78,13 @@ class FakeRuntime:
 @dataclass
 class FakeKubelet:
     healthy: bool = False
+    reads: int = 0
+    hang: asyncio.Event | None = None  # while set to an unset event, a read waits for it
 
     async def read(self) -> KubeletSnapshot:
+        self.reads += 1
+        if self.hang is not None:
+            await self.hang.wait()
         return KubeletSnapshot(
             taken_at=NOW, healthy=self.healthy, pod_uids=frozenset(), pod_dir_readable=False
         )
@@ -309,3 +317,62 @@ async def test_an_unchanged_listing_keeps_its_phases_and_a_change_is_seen() -> N
     assert state.phases[PodPhase.RUNNING] == 0
     assert state.terminations["Error"] == 1
     assert (await sync.sync_once()).terminations["Error"] == 1  # counted once
+
+
+async def test_a_hung_kubelet_probe_does_not_hold_the_runtime_cycles() -> None:
+    runtime, kubelet, durations = FakeRuntime(), FakeKubelet(healthy=True), Durations()
+    sync = _sync(runtime, kubelet, durations)
+    task = asyncio.create_task(sync.run(period=0.01))
+    try:
+        await sync.wait_synced()
+        kubelet.hang = asyncio.Event()
+        await _until(lambda: kubelet.reads >= 2, "the node probe to hang")
+        reads = runtime.reads
+        await _until(lambda: runtime.reads >= reads + 3, "runtime cycles during the hang")
+        assert kubelet.reads == 2  # still the one hung probe
+        assert sync.state.sources["runtime"].up
+        assert sync.state.sources["kubelet"].up  # its last answer stands until the next
+        probed = sync.last_probe_end
+        assert probed is not None
+        assert sync.last_cycle_end == probed  # the older schedule: liveness sees the hang
+        kubelet.hang.set()
+        await _until(lambda: sync.last_probe_end != probed, "the probe to finish")
+    finally:
+        await _cancel(task)
+
+
+async def test_a_hung_runtime_does_not_hold_the_node_probes() -> None:
+    host_reads = 0
+
+    def counting_host() -> HostSnapshot:
+        nonlocal host_reads
+        host_reads += 1
+        return _host()
+
+    runtime, kubelet = FakeRuntime(), FakeKubelet(healthy=True)
+    sync = AgentSync(runtime, kubelet, counting_host, Durations(), clock=lambda: NOW)
+    task = asyncio.create_task(sync.run(period=0.01))
+    try:
+        await sync.wait_synced()
+        runtime.hang = asyncio.Event()
+        await _until(lambda: runtime.reads >= 2, "the runtime read to hang")
+        reads = host_reads
+        await _until(lambda: host_reads >= reads + 3, "host probes during the hang")
+        assert kubelet.reads >= 3
+        assert runtime.reads == 2
+        assert sync.state.host is not None
+        runtime.hang.set()
+    finally:
+        await _cancel(task)
+
+
+async def test_node_probes_before_the_first_cycle_publish_nothing() -> None:
+    sync = _sync(FakeRuntime(), FakeKubelet(healthy=True), Durations())
+    state = await sync.probe_node()
+    assert not state.synced
+    assert state.host is None
+    state = await sync.sync_runtime()  # the cycle takes the probes' results
+    assert state.synced
+    assert state.host is not None
+    assert state.sources["kubelet"].up
+    assert sync.last_cycle_end is not None
