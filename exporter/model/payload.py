@@ -18,6 +18,7 @@ Sizes are capped so one request cannot make the journal store unbounded data.
 from __future__ import annotations
 
 import calendar
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -132,25 +133,31 @@ def _valid_strings(value: dict[Any, Any]) -> bool:
             and len(item) <= MAX_VALUE_LENGTH
         ):
             return False
-    return _SURROGATE.search("".join([*value.keys(), *value.values()])) is None
+    joined = "".join([*value.keys(), *value.values()])
+    return joined.isascii() or _SURROGATE.search(joined) is None
 
 
-def _timestamp(value: object, where: str) -> float | None:
-    """Unix seconds, or None for Go's zero time."""
-    text = _string(value, where, max_length=64)
+class _BadTime(ValueError):
+    """What is wrong with a timestamp's text (the caller names the field)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_time(text: str) -> float | None:
+    """Unix seconds, or None for Go's zero time; _BadTime if ``text`` is none. Memoized:
+    Alertmanager sends the same few startsAt and endsAt again in every notification of a group."""
     match = _TIMESTAMP.fullmatch(text)
     if match is None:
-        raise PayloadError(f"{where}: not an RFC 3339 timestamp: {text!r}")
+        raise _BadTime(f"not an RFC 3339 timestamp: {text!r}")
     year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
     fraction, sign, off_hours, off_minutes = match.groups()[6:]
     if not (year >= 1 and 1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]):
-        raise PayloadError(f"{where}: no such date: {text!r}")
+        raise _BadTime(f"no such date: {text!r}")
     if hour > 23 or minute > 59 or second > 59:
-        raise PayloadError(f"{where}: no such time: {text!r}")
+        raise _BadTime(f"no such time: {text!r}")
     offset = 0
     if sign is not None:
         if int(off_hours) > 23 or int(off_minutes) > 59:
-            raise PayloadError(f"{where}: bad UTC offset: {text!r}")
+            raise _BadTime(f"bad UTC offset: {text!r}")
         offset = (int(off_hours) * 3600 + int(off_minutes) * 60) * (1 if sign == "+" else -1)
     whole: int = calendar.timegm((year, month, day, hour, minute, second)) - offset
     if whole == ZERO_TIME and not (fraction and int(fraction)):
@@ -158,6 +165,15 @@ def _timestamp(value: object, where: str) -> float | None:
     if fraction:
         return whole + int(fraction) / float(10 ** len(fraction))
     return float(whole)
+
+
+def _timestamp(value: object, where: str) -> float | None:
+    """Unix seconds, or None for Go's zero time."""
+    text = _string(value, where, max_length=64)
+    try:
+        return _parse_time(text)
+    except _BadTime as exc:
+        raise PayloadError(f"{where}: {exc}") from None
 
 
 def _count(value: object, where: str) -> int:
@@ -169,6 +185,69 @@ def _count(value: object, where: str) -> int:
 
 
 def _alert(value: object, index: int) -> Alert:
+    return _plain_alert(value) or _checked_alert(value, index)
+
+
+def _plain_string(value: object, max_length: int = MAX_VALUE_LENGTH) -> bool:
+    """Whether _string would accept ``value``, decided without naming the field."""
+    return (
+        type(value) is str
+        and len(value) <= max_length
+        and (value.isascii() or _SURROGATE.search(value) is None)
+    )
+
+
+def _plain_time(value: object) -> float | None:
+    """What _timestamp returns for ``value``; _BadTime where it would raise."""
+    if type(value) is not str or len(value) > 64:
+        raise _BadTime("not a timestamp's text")
+    return _parse_time(value)
+
+
+def _plain_alert(value: object) -> Alert | None:
+    """The alert when every field is well formed, else None (then _checked_alert says which
+    is not). A delivery carries up to 1000 alerts and is checked on the event loop: this path
+    formats no field names, and parses each distinct timestamp once (memoized)."""
+    if type(value) is not dict:
+        return None
+    fingerprint = value.get("fingerprint")
+    status = value.get("status")
+    labels = value.get("labels")
+    annotations = value.get("annotations")
+    generator_url = value.get("generatorURL", "")
+    ends = value.get("endsAt")
+    try:
+        starts_at = _plain_time(value.get("startsAt"))
+        ends_at = None if ends is None else _plain_time(ends)
+    except _BadTime:
+        return None
+    if (
+        type(fingerprint) is not str
+        or not _FINGERPRINT.fullmatch(fingerprint)
+        or type(status) is not str
+        or status not in ALERT_STATUSES
+        or starts_at is None
+        or type(labels) is not dict
+        or len(labels) > MAX_LABELS
+        or not _valid_strings(labels)
+        or not (annotations is None or type(annotations) is dict)
+        or (annotations and (len(annotations) > MAX_LABELS or not _valid_strings(annotations)))
+        or not _plain_string(generator_url)
+    ):
+        return None
+    return Alert(
+        fingerprint=fingerprint,
+        status=status,
+        labels=dict(labels),
+        starts_at=episode_start(starts_at),
+        ends_at=ends_at,
+        annotations=dict(annotations) if annotations else {},
+        generator_url=generator_url,
+    )
+
+
+def _checked_alert(value: object, index: int) -> Alert:
+    """The alert, every field checked in order: the first fault found is the one raised."""
     path = f"alerts[{index}]."
     if not isinstance(value, dict):
         raise PayloadError(f"alerts[{index}]: must be an object, got {_type_name(value)}")

@@ -279,3 +279,43 @@ def test_label_maps_are_judged_as_entry_by_entry(labels: dict[str, object]) -> N
     fast = _labels_outcome(labels)
     with mock.patch.object(payload, "_valid_strings", return_value=False):
         assert _labels_outcome(labels) == fast
+
+
+def _checked_or_none(value: object) -> Alert | None:
+    try:
+        return payload._checked_alert(value, 0)
+    except PayloadError:
+        return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([p for p in PATHS if p.startswith("alerts.")]), JSON | st.just(...)
+        ),
+        max_size=3,
+    )
+)
+def test_the_fast_alert_path_accepts_exactly_what_the_checked_one_does(
+    changes: list[tuple[str, object]],
+) -> None:
+    """An alert is first read without naming fields (``_plain_alert``); only when that fails is
+    it checked field by field. On anything JSON gives, both take the same alerts, to the same
+    result: the fast path is never more lenient and falls back wherever it is stricter."""
+    b = body()
+    for path, value in changes:
+        try:
+            (_delete(path) if value is ... else _set(path, value))(b)
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    alerts = json.loads(json.dumps(b))["alerts"]
+    for one in alerts if isinstance(alerts, list) else []:
+        assert payload._plain_alert(one) == _checked_or_none(one)
+
+
+def test_an_alertmanager_alert_takes_the_fast_path() -> None:
+    for one in body()["alerts"]:
+        fast = payload._plain_alert(one)
+        assert fast is not None
+        assert fast == payload._checked_alert(one, 0)
