@@ -1,10 +1,31 @@
-"""Stopping background tasks the same way everywhere."""
+"""Stopping background tasks the same way everywhere; sharing the event loop fairly."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable
+
+#: How long a run of synchronous work may hold the event loop before it lets others in.
+SLICE_SECONDS = 0.002
+
+
+class TimeSlice:
+    """Hands the event loop back once a run of synchronous work has held it ``budget``
+    seconds. For loops over many items that each cost little but add up (a burst of watch
+    events read from one chunk, the alerts an intake pass decides): without it, one such loop
+    holds every webhook acknowledgement and probe for its whole run."""
+
+    def __init__(self, budget: float = SLICE_SECONDS) -> None:
+        self._budget = budget
+        self._since = time.perf_counter()
+
+    async def pause(self) -> None:
+        """Yield to the loop if this slice is used up (a no-op otherwise)."""
+        if time.perf_counter() - self._since >= self._budget:
+            await asyncio.sleep(0)
+            self._since = time.perf_counter()
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[object]]) -> None:

@@ -56,6 +56,7 @@ from exporter.model.rollback import (
     Trigger,
 )
 from exporter.model.rollback_state import add_trigger
+from exporter.tasks import TimeSlice
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,9 @@ class Intake:
         view = self._cluster.view()
         state = await self._state()
         decided = 0
+        turn = TimeSlice()
         for alert in await self._journal.alerts_to_decide():
+            await turn.pause()  # alerts still held back are judged again without any I/O
             now = self._clock()
             decision = decide(alert.alert, view, state, self._policy, now)
             if decision.verdict == WAITS:

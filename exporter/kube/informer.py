@@ -34,6 +34,7 @@ from exporter.kube.api import JSONObject, KubeAPI, ObjectHook, WatchEvent
 from exporter.kube.errors import Gone, KubeError, is_resource_version_too_large
 from exporter.kube.observer import RequestObserver
 from exporter.kube.resources import Resource
+from exporter.tasks import TimeSlice
 
 T = TypeVar("T")
 Handler = Callable[[str, T | None, T | None], None]
@@ -272,9 +273,11 @@ class Informer(Generic[T]):
             observer=self._observer,
         ) as stream:
             self._succeeded()
+            turn = TimeSlice()
             async for event in stream:
                 events += 1
                 self._apply(event)
+                await turn.pause()  # a burst of events from one read: let others in
         if events == 0 and time.monotonic() - started < self._timing.short_watch_seconds:
             # The server ends our watches at once: do not hammer it.
             await asyncio.sleep(self._backoff.next())
