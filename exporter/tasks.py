@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 #: How long a run of synchronous work may hold the event loop before it lets others in.
 SLICE_SECONDS = 0.002
@@ -17,15 +17,18 @@ class TimeSlice:
     events read from one chunk, the alerts an intake pass decides): without it, one such loop
     holds every webhook acknowledgement and probe for its whole run."""
 
-    def __init__(self, budget: float = SLICE_SECONDS) -> None:
+    def __init__(
+        self, budget: float = SLICE_SECONDS, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self._budget = budget
-        self._since = time.perf_counter()
+        self._clock = clock
+        self._since = clock()
 
     async def pause(self) -> None:
         """Yield to the loop if this slice is used up (a no-op otherwise)."""
-        if time.perf_counter() - self._since >= self._budget:
+        if self._clock() - self._since >= self._budget:
             await asyncio.sleep(0)
-            self._since = time.perf_counter()
+            self._since = self._clock()
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[object]]) -> None:

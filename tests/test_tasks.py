@@ -30,9 +30,13 @@ async def test_a_fresh_slice_keeps_the_loop() -> None:
 
 
 async def test_the_slice_starts_again_after_a_pause() -> None:
-    turn = TimeSlice(budget=0.05)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while not await _race(turn):  # busy until the budget is used up
-        assert loop.time() < deadline, "the slice never ran out"
-    assert not await _race(turn)  # a new slice began with that pause
+    now = [0.0]
+    turn = TimeSlice(budget=1.0, clock=lambda: now[0])
+    now[0] = 0.9
+    assert not await _race(turn)
+    now[0] = 1.0  # used up
+    assert await _race(turn)
+    now[0] = 1.5  # half of the new slice
+    assert not await _race(turn)
+    now[0] = 2.0
+    assert await _race(turn)
