@@ -14,8 +14,9 @@ each notification, HA pairs deliver duplicates, and 5xx answers are retried, but
 episode keeps its key. startsAt is compared to the millisecond, with a millisecond's tolerance
 (exporter.model.alerts.same_episode): Alertmanager keeps nanoseconds and an alert pushed again
 through its API comes back with other digits, and two writings of one instant may round to
-neighbouring milliseconds. A key is recorded once; later copies only move ``last_seen_at``, or
-mark the alert resolved. A resolved alert never fires again (a new episode has a new startsAt).
+neighbouring milliseconds. A key is recorded once; later copies only move ``last_seen_at`` (to
+a minute: LAST_SEEN_RESOLUTION), or mark the alert resolved. A resolved alert never fires again
+(a new episode has a new startsAt).
 At most one decision exists per alert key (``save_decision`` is idempotent): the plan, join or
 escalation became (or named) a NodeRollback, whose status in the API server is the record of
 the rollback itself; a refusal or a dry run is recorded here only. Every alert is to be decided
@@ -199,6 +200,13 @@ REPLACED: Final = "replaced"  # the file at the path is no longer the one open
 CLOSED: Final = "closed"
 OTHER: Final = "other"
 FAILURE_REASONS: Final = (LOCKED, FULL, IO, READONLY, CORRUPT, TIMEOUT, REPLACED, CLOSED, OTHER)
+
+#: How much newer than an alert's ``last_seen_at`` a copy must be to move it. last_seen_at
+#: serves retention (``--journal.retention``, hours to days); a group's re-sends come every
+#: ``group_interval`` (minutes), and would otherwise rewrite every alert of the group.
+LAST_SEEN_RESOLUTION: Final = 60.0
+#: Values bound in one statement stay well under SQLite's limit (32766 since 3.32, 999 before).
+_QUERY_CHUNK: Final = 400
 
 #: Bytes the health probe writes (and removes) in one transaction: about a large delivery.
 PROBE_BYTES: Final = 64 * 1024
@@ -847,8 +855,45 @@ def _stored(conn: sqlite3.Connection, key: AlertKey, columns: str) -> tuple[Any,
     return row
 
 
+def _episodes(conn: sqlite3.Connection, fingerprints: set[str]) -> dict[str, list[list[Any]]]:
+    """Every recorded episode of these fingerprints, as ``[starts_at, status, last_seen_at]``
+    lists by fingerprint, in startsAt order: one indexed query for a whole delivery."""
+    found: dict[str, list[list[Any]]] = {}
+    names = sorted(fingerprints)
+    for at in range(0, len(names), _QUERY_CHUNK):
+        chunk = names[at : at + _QUERY_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        for fingerprint, *episode in conn.execute(
+            "SELECT fingerprint, starts_at, status, last_seen_at FROM alerts"
+            f" WHERE fingerprint IN ({marks}) ORDER BY fingerprint, starts_at",
+            chunk,
+        ):
+            found.setdefault(fingerprint, []).append(episode)
+    return found
+
+
+def _nearest(episodes: list[list[Any]], starts_at: float) -> list[Any] | None:
+    """The episode whose startsAt is nearest ``starts_at`` within EPISODE_TOLERANCE (as
+    :func:`_stored` finds it), or None."""
+    best: list[Any] | None = None
+    for episode in episodes:
+        distance = abs(episode[0] - starts_at)
+        if distance <= EPISODE_TOLERANCE and (best is None or distance < abs(best[0] - starts_at)):
+            best = episode
+    return best
+
+
 def _record(conn: sqlite3.Connection, payload: WebhookPayload, received_at: float) -> RecordResult:
+    """One delivery in one transaction, in a few statements whatever its size: its alerts'
+    episodes read in one query, then the new ones inserted, the resolved ones updated and the
+    rest (re-sends, HA duplicates, retries) marked seen, each kind in one call. Alerts are
+    judged in delivery order against what the delivery's earlier alerts did, as if written
+    one by one. A copy moves ``last_seen_at`` only once it is LAST_SEEN_RESOLUTION newer: the
+    re-sends of a group then write nothing but their delivery row."""
     new = duplicates = resolved = new_firing = 0
+    inserts: list[tuple[Any, ...]] = []
+    resolves: list[tuple[Any, ...]] = []
+    seen: list[tuple[str, float]] = []
     with _transaction(conn):
         delivery = conn.execute(
             "INSERT INTO deliveries (received_at, group_key, receiver, status, alerts, truncated)"
@@ -862,14 +907,13 @@ def _record(conn: sqlite3.Connection, payload: WebhookPayload, received_at: floa
                 payload.truncated_alerts,
             ),
         ).lastrowid
+        episodes = _episodes(conn, {alert.fingerprint for alert in payload.alerts})
         for alert in payload.alerts:
-            row = _stored(conn, alert.key, "starts_at, status")
+            known = episodes.setdefault(alert.fingerprint, [])
+            row = _nearest(known, alert.starts_at)
             if row is None:
                 is_resolved = alert.status == RESOLVED
-                conn.execute(
-                    "INSERT INTO alerts (fingerprint, starts_at, status, labels, annotations,"
-                    " ends_at, generator_url, first_delivery, received_at, last_seen_at,"
-                    " resolved_at, to_decide) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                inserts.append(
                     (
                         alert.fingerprint,
                         alert.starts_at,
@@ -882,27 +926,43 @@ def _record(conn: sqlite3.Connection, payload: WebhookPayload, received_at: floa
                         received_at,
                         received_at,
                         received_at if is_resolved else None,
-                    ),
+                    )
                 )
+                known.append([alert.starts_at, alert.status, received_at])
                 new += 1
                 resolved += is_resolved
                 new_firing += not is_resolved
                 continue
             key = (alert.fingerprint, row[0])  # as first recorded
             if row[1] == FIRING and alert.status == RESOLVED:
-                conn.execute(
-                    "UPDATE alerts SET status = ?, resolved_at = ?, ends_at = ?, last_seen_at = ?"
-                    " WHERE fingerprint = ? AND starts_at = ?",
-                    (RESOLVED, received_at, alert.ends_at, received_at, *key),
-                )
+                resolves.append((RESOLVED, received_at, alert.ends_at, received_at, *key))
+                row[1], row[2] = RESOLVED, max(row[2], received_at)
                 resolved += 1
-            else:  # a re-send, an HA duplicate, a retry, or a late firing copy of a resolved one
-                conn.execute(
-                    "UPDATE alerts SET last_seen_at = max(last_seen_at, ?)"
-                    " WHERE fingerprint = ? AND starts_at = ?",
-                    (received_at, *key),
-                )
-                duplicates += 1
+                continue
+            # A re-send, an HA duplicate, a retry, or a late firing copy of a resolved one.
+            duplicates += 1
+            if received_at - row[2] >= LAST_SEEN_RESOLUTION:
+                seen.append(key)
+                row[2] = received_at
+        conn.executemany(
+            "INSERT INTO alerts (fingerprint, starts_at, status, labels, annotations,"
+            " ends_at, generator_url, first_delivery, received_at, last_seen_at,"
+            " resolved_at, to_decide) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+            inserts,
+        )
+        conn.executemany(
+            "UPDATE alerts SET status = ?, resolved_at = ?, ends_at = ?, last_seen_at = ?"
+            " WHERE fingerprint = ? AND starts_at = ?",
+            resolves,
+        )
+        for at in range(0, len(seen), _QUERY_CHUNK):
+            chunk = seen[at : at + _QUERY_CHUNK]
+            pairs = ", ".join(["(?, ?)"] * len(chunk))
+            conn.execute(
+                "UPDATE alerts SET last_seen_at = max(last_seen_at, ?)"
+                f" WHERE (fingerprint, starts_at) IN (VALUES {pairs})",
+                (received_at, *(value for key in chunk for value in key)),
+            )
         conn.execute(
             "UPDATE deliveries SET new = ?, duplicates = ?, resolved = ? WHERE id = ?",
             (new, duplicates, resolved, delivery),

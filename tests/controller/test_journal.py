@@ -5,6 +5,7 @@ and durability across a SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import sqlite3
 import sys
@@ -16,6 +17,7 @@ import pytest
 from exporter.controller.journal import (
     _MIGRATIONS,
     DECISION_VERDICTS,
+    LAST_SEEN_RESOLUTION,
     SCHEMA_VERSION,
     DecisionRecord,
     Journal,
@@ -101,7 +103,8 @@ async def test_resends_duplicates_and_retries_are_recorded_once(journal: Journal
     assert await journal.record(payload(a, b), received_at=T0 + 62) == RecordResult(0, 2, 0, 0, 0)
     record = await journal.alert(a.key)
     assert record is not None
-    assert (record.received_at, record.last_seen_at) == (T0 + 1, T0 + 62)
+    # last_seen_at moves to a minute: the copy a second later leaves it
+    assert (record.received_at, record.last_seen_at) == (T0 + 1, T0 + 61)
     assert len(await journal.deliveries()) == 3
     counts = await journal.counts()
     assert counts.alerts == {"firing": 2, "resolved": 0}
@@ -126,10 +129,11 @@ async def test_a_resolved_copy_resolves_the_alert_for_good(journal: Journal) -> 
     assert await journal.record(payload(gone), received_at=T0 + 312) == RecordResult(0, 1, 0, 0)
     record = await journal.alert(a.key)
     assert record is not None
+    # ... and copies within a minute of the resolution leave last_seen_at where it was
     assert (record.status, record.resolved_at, record.last_seen_at) == (
         "resolved",
         T0 + 310,
-        T0 + 312,
+        T0 + 310,
     )
     # a new episode of the same alert has a new startsAt: a new key
     again = alert("aaaa", starts_at=T0 + 900)
@@ -520,3 +524,43 @@ async def test_a_read_only_open_creates_nothing_and_refuses_other_schemas(tmp_pa
     with pytest.raises(JournalError, match="no such table"):
         await Journal.open_read_only(str(empty))
     assert empty.read_bytes() == b""
+
+
+async def _last_seen(journal: Journal, key: tuple[str, float]) -> float:
+    record = await journal.alert(key)
+    assert record is not None
+    return record.last_seen_at
+
+
+async def test_last_seen_moves_once_a_copy_is_a_minute_newer(journal: Journal) -> None:
+    a, b = alert("aaaa"), alert("bbbb", node="worker-2")
+    await journal.record(payload(a, b), received_at=T0)
+    for seconds in (1, 30, LAST_SEEN_RESOLUTION - 1):  # re-sends within the minute
+        assert await journal.record(payload(a, b), received_at=T0 + seconds) == RecordResult(
+            0, 2, 0, 0, 0
+        )
+    assert await _last_seen(journal, a.key) == T0
+    await journal.record(payload(a), received_at=T0 + LAST_SEEN_RESOLUTION)
+    assert await _last_seen(journal, a.key) == T0 + LAST_SEEN_RESOLUTION
+    assert await _last_seen(journal, b.key) == T0
+    # resolving always records when
+    resolved = dataclasses.replace(b, status="resolved", ends_at=T0 + 70)
+    assert await journal.record(payload(resolved), received_at=T0 + 71) == RecordResult(
+        0, 0, 1, 0, 0
+    )
+    assert await _last_seen(journal, b.key) == T0 + 71
+
+
+async def test_one_delivery_is_judged_alert_by_alert_in_order(journal: Journal) -> None:
+    """A delivery that carries an alert twice, or fires then resolves it, is recorded as if
+    its alerts came one by one: the batch keeps the order's meaning."""
+    a = alert("aaaa")
+    resolved = dataclasses.replace(a, status="resolved", ends_at=T0 + 5)
+    again = dataclasses.replace(a, starts_at=a.starts_at + 0.0005)  # the same episode
+    result = await journal.record(payload(a, again, resolved, a), received_at=T0 + 10)
+    assert result == RecordResult(new=1, duplicates=2, resolved=1, truncated=0, new_firing=1)
+    record = await journal.alert(a.key)
+    assert record is not None
+    assert (record.status, record.resolved_at, record.ends_at) == ("resolved", T0 + 10, T0 + 5)
+    counts = await journal.counts()
+    assert counts.alerts == {"firing": 0, "resolved": 1}
