@@ -205,6 +205,8 @@ FAILURE_REASONS: Final = (LOCKED, FULL, IO, READONLY, CORRUPT, TIMEOUT, REPLACED
 #: serves retention (``--journal.retention``, hours to days); a group's re-sends come every
 #: ``group_interval`` (minutes), and would otherwise rewrite every alert of the group.
 LAST_SEEN_RESOLUTION: Final = 60.0
+#: How long a journal call other than a delivery waits for the deliveries before it, at most.
+DELIVERIES_FIRST_SECONDS: Final = 0.05
 #: Values bound in one statement stay well under SQLite's limit (32766 since 3.32, 999 before).
 _QUERY_CHUNK: Final = 400
 
@@ -387,6 +389,13 @@ class Journal:
         self._path = path
         self._identity = identity
         self._busy_since: float | None = None  # when the thread began its current call
+        # Deliveries go first: they are what an acknowledgement waits for. Every other call
+        # (the intake's reads and decisions, pruning, probes) waits its turn one at a time,
+        # and while a delivery waits, up to DELIVERIES_FIRST_SECONDS (see _run).
+        self._deliveries = 0  # recording now, or waiting to
+        self._no_deliveries = asyncio.Event()
+        self._no_deliveries.set()
+        self._others = asyncio.Lock()
         #: The corrupt journal this one replaced when it was opened, if any.
         self.set_aside = set_aside
 
@@ -476,11 +485,40 @@ class Journal:
         finally:
             self._busy_since = None
 
-    async def _run(self, fn: Callable[..., T], *args: Any, within: float | None = None) -> T:
+    async def _run(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        within: float | None = None,
+        delivery: bool = False,
+    ) -> T:
         """``fn(conn, *args)`` on the journal's thread. With ``within`` (seconds): JournalTimeout
         when it has not returned by then, and at once when the thread has been stuck in an
         earlier call for that long; a call that had not started is then cancelled, one that
-        had goes on (and may commit)."""
+        had goes on (and may commit).
+
+        A ``delivery`` goes to the thread at once. Any other call goes once the one before it
+        (not a delivery) finished, and no delivery is waiting, or has waited
+        DELIVERIES_FIRST_SECONDS: so a delivery waits for at most one other call in the thread,
+        not for an intake pass's worth of decisions, and a stream of deliveries cannot hold the
+        rest back for long."""
+        if self._closed:
+            raise JournalClosed()
+        if delivery:
+            self._deliveries += 1
+            self._no_deliveries.clear()
+            try:
+                return await self._submit(fn, args, within)
+            finally:
+                self._deliveries -= 1
+                if not self._deliveries:
+                    self._no_deliveries.set()
+        async with self._others:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._no_deliveries.wait(), DELIVERIES_FIRST_SECONDS)
+            return await self._submit(fn, args, within)
+
+    async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], within: float | None) -> T:
         if self._closed:
             raise JournalClosed()
         if within is not None:
@@ -537,7 +575,7 @@ class Journal:
     ) -> RecordResult:
         """Record one delivery and its alerts in one transaction, committed before returning
         (JournalTimeout when it has not committed ``within`` seconds)."""
-        return await self._run(self._record, payload, received_at, within=within)
+        return await self._run(self._record, payload, received_at, within=within, delivery=True)
 
     def _record(
         self, conn: sqlite3.Connection, payload: WebhookPayload, received_at: float

@@ -9,7 +9,8 @@ import dataclasses
 import signal
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
@@ -564,3 +565,32 @@ async def test_one_delivery_is_judged_alert_by_alert_in_order(journal: Journal) 
     assert (record.status, record.resolved_at, record.ends_at) == ("resolved", T0 + 10, T0 + 5)
     counts = await journal.counts()
     assert counts.alerts == {"firing": 0, "resolved": 1}
+
+
+async def test_a_delivery_overtakes_the_calls_waiting_for_the_thread(journal: Journal) -> None:
+    """While the journal's thread is busy, the intake's calls wait their turn one at a time; a
+    delivery that arrives after them is recorded before them (the acknowledgement waits for
+    the call in the thread, not for a pass's worth of decisions)."""
+    gate = threading.Event()
+    busy = asyncio.create_task(journal._run(lambda _conn: gate.wait(10)))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while journal.busy_for() is None:  # the thread is in the blocking call
+        assert loop.time() < deadline, "the blocking call did not start"
+        await asyncio.sleep(0.005)
+    finished: list[str] = []
+
+    async def tracked(name: str, call: Awaitable[object]) -> None:
+        await call
+        finished.append(name)
+
+    others = [asyncio.create_task(tracked(f"counts-{i}", journal.counts())) for i in range(3)]
+    delivery = asyncio.create_task(
+        tracked("delivery", journal.record(payload(alert("aaaa")), received_at=T0))
+    )
+    await asyncio.sleep(0)  # every call has started: the three first
+    gate.set()
+    await asyncio.gather(busy, delivery, *others)
+    assert sorted(finished) == ["counts-0", "counts-1", "counts-2", "delivery"]
+    # At most one of the calls that came first is before it (in first-come order: the last).
+    assert finished.index("delivery") <= 1, finished
