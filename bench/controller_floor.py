@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import time
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
+from bench.harness.serving import serve_until_signalled
 from exporter.yamlfile import load_file
 
 NODES = "/api/v1/nodes?resourceVersion=0"
@@ -72,18 +72,7 @@ async def serve(port: int, body: bytes) -> None:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        print("listening", flush=True)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await serve_until_signalled(app, "127.0.0.1", port)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 
 from aiohttp import web
+
+from bench.harness.serving import serve_until_signalled
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -19,18 +20,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def serve(host: str, port: int) -> None:
     app = web.Application()
     app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
-    await runner.setup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await web.TCPSite(runner, host, port).start()
-        print("listening", flush=True)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await serve_until_signalled(app, host, port, access_log=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 
 from aiohttp import web
+
+from bench.harness.serving import serve_until_signalled
 
 
 async def alerts(request: web.Request) -> web.Response:
@@ -26,19 +27,7 @@ async def alerts(request: web.Request) -> web.Response:
 async def serve(host: str, port: int) -> None:
     app = web.Application()
     app.router.add_post("/alerts", alerts)
-    # Served the way the controller serves its app (exporter.serve): an AppRunner and a TCPSite.
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await web.TCPSite(runner, host, port).start()
-        print("listening", flush=True)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await serve_until_signalled(app, host, port)
 
 
 def main(argv: list[str] | None = None) -> int:

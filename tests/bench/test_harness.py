@@ -5,6 +5,7 @@ bucket's bound."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -97,3 +98,18 @@ def test_the_token_bucket_bound_is_checked() -> None:
     assert over["token_bucket_bound_violations"] > 0
     assert over["closest_to_bound_writes"] > 0
     assert write_rates([CounterSample(0, 0.1, 3), CounterSample(1, 1.1, 3)], 20, 20) == {"total": 0}
+
+
+async def test_a_served_stand_in_answers_and_ends_on_sigterm(tmp_path: Path) -> None:
+    """bench.harness.serving, through the kubelet stand-in: it answers once it said it listens,
+    and SIGTERM ends it cleanly (exit code 0)."""
+    port = free_port()
+    with Children() as children:
+        kubelet = children.start(
+            python_child("bench.kubelet_healthz", "--port", str(port), log=tmp_path / "k.log")
+        )
+        await wait_http(kubelet, f"http://127.0.0.1:{port}/healthz", within=30)
+        assert kubelet.pid is not None
+        os.kill(kubelet.pid, signal.SIGTERM)
+        assert kubelet.wait(30) == 0, kubelet.log_tail()
+        assert "listening" in (tmp_path / "k.log").read_text()
