@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import random
 import secrets
@@ -68,6 +67,7 @@ from bench.harness.samplers import cpu_seconds, peak_rss_bytes
 from bench.harness.stats import summary_ms
 from bench.storm_alertmanager import HOOK_ROUTE, ZERO_TIME, fingerprint, go_time, label_string
 from exporter.model.rfc3339 import format_micro_time
+from exporter.tasks import wait_set
 from nodesync_sim.process import ChildProcess, free_port
 
 MODES = ("repeat", "new", "repeat_scraped", "new_scraped")
@@ -144,8 +144,7 @@ async def renew(api: SimAPIServer, names: Sequence[str], rate: float, stop: asyn
         due = start + done / rate
         delay = due - time.monotonic()
         if delay > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+            await wait_set(stop, delay)
             continue
         name = names[done % len(names)]
         body = {"spec": {"renewTime": format_micro_time(time.time())}}

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import random
 import shutil
@@ -55,6 +54,7 @@ from bench.harness.samplers import cpu_seconds, peak_rss_bytes, rss_bytes
 from bench.harness.stats import summary_ms
 from exporter.kube.convert import timestamp
 from exporter.model.rfc3339 import format_micro_time
+from exporter.tasks import wait_set
 from nodesync_sim.process import ChildProcess, free_port
 
 RENEW_FAMILY = b"nodesync_node_lease_renew_timestamp_seconds{"
@@ -195,8 +195,7 @@ async def follow_renewals(
         while True:
             second += 1.0
             due = second + random.random()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(renewing.wait(), max(0.0, due - time.monotonic()))
+            await wait_set(renewing, max(0.0, due - time.monotonic()))
             if renewing.is_set():
                 return
             sent, sent_mono = time.time(), time.monotonic()

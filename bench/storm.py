@@ -100,6 +100,7 @@ from exporter.controller.journal import DecisionRecord, Journal
 from exporter.kube.noderollbacks import NODEROLLBACKS, node_rollback
 from exporter.model.rfc3339 import format_micro_time
 from exporter.model.rollback import Action, NodeRollback
+from exporter.tasks import wait_set
 from nodesync_sim.process import ChildProcess, free_port
 
 NODEROLLBACKS_PATH = f"/apis/{NODEROLLBACKS.group}/{NODEROLLBACKS.version}/noderollbacks"
@@ -228,8 +229,7 @@ class Storm:
             return
         async with aiohttp.ClientSession() as http:
             while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.cfg.scrape_interval)
+                await wait_set(stop, self.cfg.scrape_interval)
                 if stop.is_set():
                     return
                 started = time.time()

@@ -49,6 +49,8 @@ from typing import Any
 
 import aiohttp
 
+from exporter.tasks import wait_set
+
 RECEIVER = "nodesync-hook"
 ZERO_TIME = "0001-01-01T00:00:00Z"
 #: The route of deploy/alertmanager/alertmanager.yml, as Alertmanager names it in groupKey.
@@ -318,8 +320,7 @@ class Alertmanager:
             wait = min([*upcoming, now + 0.5]) - time.time()
             self.wake.clear()
             if wait > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), wait)
+                await wait_set(self.wake, wait)
         self.paced_ended = time.time()
         self.finish.set()
         while self.tasks:
@@ -343,8 +344,7 @@ class Alertmanager:
                 await asyncio.gather(
                     *(one(t.name, t.url.rsplit("/", 1)[0] + "/healthz") for t in self.targets)
                 )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.finish.wait(), self.args.probe_interval)
+                await wait_set(self.finish, self.args.probe_interval)
 
     # ------------------------------------------------------------------ the flood
 

@@ -29,6 +29,7 @@ from exporter.model.cleanup import CleanupState, CleanupStatus
 from exporter.model.kube import TAINT_NODESYNC
 from exporter.model.rfc3339 import format_micro_time
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
+from exporter.tasks import wait_set
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 #: The writes the benchmark makes itself (nodes, leases, pods, kubelet's status, the agents'
@@ -112,8 +113,7 @@ class LeaseRenewer:
                 task.add_done_callback(tasks.discard)
                 heapq.heappush(self._heap, (due + self.period, name))
             wait = (self._heap[0][0] - time.monotonic()) if self._heap else 0.1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.005, min(wait, 0.1)))
+            await wait_set(stop, max(0.005, min(wait, 0.1)))
         await asyncio.gather(*tasks, return_exceptions=True)
 
 

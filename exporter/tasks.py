@@ -1,4 +1,5 @@
-"""Stopping background tasks the same way everywhere; sharing the event loop fairly."""
+"""Stopping background tasks the same way everywhere; waiting for an event with a timeout;
+sharing the event loop fairly."""
 
 from __future__ import annotations
 
@@ -39,3 +40,15 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[object]]) -> None:
     for task in pending:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def wait_set(event: asyncio.Event, seconds: float) -> bool:
+    """Wait at most ``seconds`` for ``event``; whether it is set. Use it, not
+    ``asyncio.wait_for(event.wait(), seconds)``: in Python 3.11 wait_for drops a cancel that
+    lands as the event is set, and the cancelled task runs on (a shutdown that never ends)."""
+    if event.is_set():
+        return True
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    return event.is_set()

@@ -122,7 +122,8 @@ STOP_STEP_TIMEOUT = 20.0
 
 async def _bounded(what: str, step: Awaitable[None]) -> None:
     try:
-        await asyncio.wait_for(step, STOP_STEP_TIMEOUT)
+        async with asyncio.timeout(STOP_STEP_TIMEOUT):  # not wait_for (exporter.tasks.wait_set)
+            await step
     except TimeoutError:
         log.warning("%s did not stop within %g s; stopping the rest", what, STOP_STEP_TIMEOUT)
 

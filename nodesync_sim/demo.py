@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import io
 import logging
 import os
@@ -34,6 +33,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.model.kube import TAINT_NODESYNC
+from exporter.tasks import wait_set
 from nodesync_sim.chain import Chain
 from nodesync_sim.containerd import missing_binaries as missing_containerd
 from nodesync_sim.prometheus import missing_binaries as missing_prometheus
@@ -183,8 +183,7 @@ async def follow(chain: Chain, out: Output, stop: asyncio.Event, period: float =
                     if summary.rollbacks and summary.rollbacks != (last and last.rollbacks):
                         out.line(summary.table())
                     last = summary
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), period)
+            await wait_set(stop, period)
 
 
 #: The signals that stop the demo (and remove everything it started): Ctrl-C, kill, and the

@@ -17,6 +17,7 @@ import aiohttp
 import psutil
 
 from bench.harness.apiserver import APIError, Counts, SimAPIServer
+from exporter.tasks import wait_set
 
 
 def rss_bytes(pid: int) -> int:
@@ -41,8 +42,7 @@ def cpu_seconds(pid: int) -> float:
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds``, or less when ``stop`` is set meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+    await wait_set(stop, seconds)
 
 
 async def sample_rss(

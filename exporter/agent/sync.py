@@ -16,7 +16,6 @@ of its own (:meth:`AgentSync.run_stats`, ``--stats.period``) and published into 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -33,6 +32,7 @@ from exporter.model.pod_problems import api_phase_counts, pod_problems
 from exporter.model.pressure import pressure
 from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, RuntimeStats
 from exporter.model.terminations import TerminationTracker
+from exporter.tasks import wait_set
 
 log = logging.getLogger(__name__)
 
@@ -288,9 +288,7 @@ class AgentSync:
             if delay > 0 and wake is None:
                 await asyncio.sleep(delay)
             elif delay > 0 and wake is not None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), delay)
-                    woken = True
+                woken = await wait_set(wake, delay)
             if wake is not None:
                 wake.clear()
             started = time.monotonic()

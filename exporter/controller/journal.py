@@ -65,6 +65,7 @@ from exporter.model.alerts import (
     WebhookPayload,
 )
 from exporter.model.decision import VERDICTS, WAITS
+from exporter.tasks import wait_set
 
 T = TypeVar("T")
 
@@ -514,8 +515,7 @@ class Journal:
                 if not self._deliveries:
                     self._no_deliveries.set()
         async with self._others:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._no_deliveries.wait(), DELIVERIES_FIRST_SECONDS)
+            await wait_set(self._no_deliveries, DELIVERIES_FIRST_SECONDS)
             return await self._submit(fn, args, within)
 
     async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], within: float | None) -> T:
@@ -533,7 +533,8 @@ class Journal:
         if within is None:
             return await waiting
         try:
-            return await asyncio.wait_for(asyncio.shield(waiting), within)
+            async with asyncio.timeout(within):  # not wait_for, which can drop a cancel (wait_set)
+                return await asyncio.shield(waiting)
         except TimeoutError:
             pass
         if future.cancel():

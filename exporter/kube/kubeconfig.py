@@ -258,7 +258,8 @@ class ExecPlugin:
             hint = f" ({self._hint})" if self._hint else ""
             raise KubeconfigError(f"exec: cannot run {self.argv[0]!r}: {exc}{hint}") from exc
         try:
-            out, err = await asyncio.wait_for(process.communicate(), EXEC_TIMEOUT_SECONDS)
+            async with asyncio.timeout(EXEC_TIMEOUT_SECONDS):  # not wait_for (tasks.wait_set)
+                out, err = await process.communicate()
         except TimeoutError:
             process.kill()
             await process.wait()

@@ -594,3 +594,26 @@ async def test_a_delivery_overtakes_the_calls_waiting_for_the_thread(journal: Jo
     assert sorted(finished) == ["counts-0", "counts-1", "counts-2", "delivery"]
     # At most one of the calls that came first is before it (in first-come order: the last).
     assert finished.index("delivery") <= 1, finished
+
+
+async def test_a_cancelled_caller_is_cancelled_even_as_its_call_returns(journal: Journal) -> None:
+    """The executor's loop calls the journal again and again; cancelling it (a lost lead, a
+    shutdown) must end it whenever the cancel lands, also in the instant a call returns
+    (asyncio.wait_for in Python 3.11 lost such a cancel, and the loop ran on)."""
+
+    async def calling() -> None:
+        while True:
+            await journal.counts()
+            await journal.record(payload(alert("aaaa")), received_at=T0, within=5.0)
+
+    for i in range(60):
+        task = asyncio.create_task(calling())
+        for _ in range(i % 12):  # land the cancel at every step of a call, in turn
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5.0)
+        if not done:
+            task.cancel()  # a second try, so that the test ends
+            await asyncio.wait({task}, timeout=5.0)
+        assert done, f"cancel {i} was lost: the caller ran on"
+        assert task.cancelled()
