@@ -44,13 +44,8 @@ class CRIRequestMetrics:
             registry=registry,
         )
 
-        self._durations: dict[str, Histogram] = {}  # the labelled children, by operation
-
     def observe(self, operation_type: str, duration_seconds: float, grpc_code: str) -> None:
-        duration = self._durations.get(operation_type)
-        if duration is None:
-            duration = self._durations[operation_type] = self._duration.labels(operation_type)
-        duration.observe(duration_seconds)
+        self._duration.labels(operation_type=operation_type).observe(duration_seconds)
         if grpc_code != GRPC_OK:
             self._errors.labels(operation_type=operation_type, grpc_code=grpc_code).inc()
 
