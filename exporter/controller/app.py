@@ -17,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from exporter import __version__
+from exporter import __version__, heap
 from exporter.controller.cluster import ClusterWatch
 from exporter.controller.exposition import SOURCE_APISERVER, controller_families
 from exporter.controller.settings import ControllerSettings
@@ -28,6 +28,7 @@ from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.selfmetrics import build_info_family, register_process_metrics
 from exporter.serve import harden, landing_page
+from exporter.tasks import cancel_and_wait
 
 SETTINGS = web.AppKey("settings", ControllerSettings)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -97,11 +98,21 @@ async def _cluster_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     registry.register(collector)
     cluster.start()
+    frozen = asyncio.create_task(_freeze_when_synced(cluster), name="freeze-heap")
     try:
         yield
     finally:
+        await cancel_and_wait([frozen])
+        heap.unfreeze()
         await cluster.stop()
         registry.unregister(collector)
+
+
+async def _freeze_when_synced(cluster: ClusterWatch) -> None:
+    """Once the view is listed, what the process holds is mostly there for good: keep it out of
+    the garbage collector's full passes (exporter.heap)."""
+    await cluster.wait_synced()
+    heap.freeze()
 
 
 async def metrics(request: web.Request) -> web.Response:

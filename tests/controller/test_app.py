@@ -4,6 +4,7 @@ up in /metrics, changes follow, and a failing API server is reported, then recov
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -314,3 +315,23 @@ async def test_landing_page_and_process_metrics(server: APIServer, controller: C
 
     await eventually(listed, "the node in /metrics")
     await check_landing_page_and_process_metrics(controller, "controller")
+
+
+async def test_what_the_listed_controller_holds_is_left_out_of_full_collections(
+    aiohttp_client: AiohttpClient, server: APIServer, settings: ControllerSettings
+) -> None:
+    """A full garbage collection holds the event loop while it walks every object: once the
+    view is listed, what exists is frozen out of those passes (exporter.heap), and given back
+    when the controller stops."""
+    server.faults.add_latency(0.5, path_prefix="/api/v1/nodes", verb="list")
+    assert gc.get_freeze_count() == 0
+    client = await aiohttp_client(make_app(settings, registry=CollectorRegistry()))
+    assert gc.get_freeze_count() == 0  # not before the view is listed
+
+    async def frozen() -> bool:
+        return gc.get_freeze_count() > 0
+
+    await eventually(frozen, "the heap to be frozen once the view is listed")
+    assert (await client.get("/readyz")).status == 200
+    await client.close()
+    assert gc.get_freeze_count() == 0
