@@ -195,8 +195,7 @@ async def follow_renewals(
         while True:
             second += 1.0
             due = second + random.random()
-            await wait_set(renewing, max(0.0, due - time.monotonic()))
-            if renewing.is_set():
+            if await wait_set(renewing, max(0.0, due - time.monotonic())):
                 return
             sent, sent_mono = time.time(), time.monotonic()
             expected = dict(written)  # what the API server had acknowledged by now

@@ -229,8 +229,7 @@ class Storm:
             return
         async with aiohttp.ClientSession() as http:
             while not stop.is_set():
-                await wait_set(stop, self.cfg.scrape_interval)
-                if stop.is_set():
+                if await wait_set(stop, self.cfg.scrape_interval):
                     return
                 started = time.time()
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):

@@ -11,15 +11,14 @@ import asyncio
 import signal
 
 from aiohttp import web
+from aiohttp.log import access_logger
 
 
 async def serve_until_signalled(
     app: web.Application, host: str, port: int, *, access_log: bool = True
 ) -> None:
-    runner = (
-        web.AppRunner(app, handle_signals=False)
-        if access_log
-        else web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=access_logger if access_log else None
     )
     await runner.setup()
     stop = asyncio.Event()
