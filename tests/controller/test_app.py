@@ -54,10 +54,17 @@ async def test_nodes_and_leases_appear(
     clock.now = T0 + 1000
     server.store.create("nodes", node_object("n3", labels={"example.com/scale-out": "batch-7"}))
 
-    async def three() -> bool:
-        return await nodes_total(controller) == 3.0
+    async def three_and_watching() -> bool:
+        # the watch is counted once its stream opens, which comes after the list that finds the
+        # three nodes: wait for both before asserting on one scrape
+        text = await scrape(controller)
+        watches = series(text, "nodesync_kube_watches_total")
+        return (
+            series(text, "nodesync_nodes").get(frozenset()) == 3.0
+            and labels(resource="nodes") in watches
+        )
 
-    await eventually(three, "three nodes in /metrics")
+    await eventually(three_and_watching, "three nodes and an open nodes watch in /metrics")
     text = await scrape(controller)
     # by default Ready only: the other conditions are behind --collector.conditions
     assert series(text, "nodesync_node_condition") == {
