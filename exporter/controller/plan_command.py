@@ -1,18 +1,18 @@
 """``nodesync plan``: what the rollback hook would do with a webhook payload, against the live
 cluster, without changing anything.
 
-It reads an Alertmanager webhook payload (a file, or ``-`` for stdin), decoded and validated by
-the webhook's own decoder (exporter.model.payload.decode_payload: what the webhook refuses with
-400, ``plan`` refuses with the same one-line message and exit code 2), lists the Nodes, node
-Leases and NodeRollbacks once (reads only), and decides each alert in the order of the payload
-exactly as the controller would (exporter.model.decision), counting the NodeRollbacks in the
-cluster in the budget (waves are judged from the nodes that exist now, so a wave that lost nodes
-counts fewer and its cap is smaller). It prints per alert the NodeRollback it would create (or
-join, or escalate) or the refusal, and the blast-radius budget those would use; ``--output json``
-prints the same as one JSON document, each NodeRollback as the object it would create. Under
-each drain it lists the node's pods, as ``kubectl drain --dry-run`` does: those it would evict,
-and those it would leave on the node with why (exporter.model.drain, by the same
-``--drain.force`` and ``--drain.delete-emptydir-data`` as the controller's).
+It reads an Alertmanager webhook payload (a file, or ``-`` for stdin), decoded and validated by the
+webhook's own decoder (exporter.model.payload_decode.decode_payload: what the webhook refuses with
+400, ``plan`` refuses with the same one-line message and exit code 2), lists the Nodes, node Leases
+and NodeRollbacks once (reads only), and decides each alert in the order of the payload exactly as
+the controller would (exporter.model.decision), counting the NodeRollbacks in the cluster in the
+budget (waves are judged from the nodes that exist now, so a wave that lost nodes counts fewer and
+its cap is smaller). It prints per alert the NodeRollback it would create (or join, or escalate) or
+the refusal, and the blast-radius budget those would use; ``--output json`` prints the same as one
+JSON document, each NodeRollback as the object it would create. Under each drain it lists the node's
+pods, as ``kubectl drain --dry-run`` does: those it would evict, and those it would leave on the
+node with why (exporter.model.drain, by the same ``--drain.force`` and
+``--drain.delete-emptydir-data`` as the controller's).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ from exporter.model.guards import (
 )
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo, PodInfo
 from exporter.model.names import shown
-from exporter.model.payload import PayloadError, decode_payload
+from exporter.model.payload import PayloadError
+from exporter.model.payload_decode import decode_payload
 from exporter.model.rollback import NodeRollback, Plan, StepKind
 
 # API writes a step makes when it has something to do, besides its Event (a drain also evicts

@@ -10,9 +10,10 @@ Timestamps are RFC 3339 (as Go writes them: up to nanoseconds, ``Z`` or an offse
 ``0001-01-01T00:00:00Z`` means "not set": an ``endsAt`` of a firing alert, never a ``startsAt``.
 Sizes are capped so one request cannot make the journal store unbounded data.
 
-:func:`decode_payload` is the one way from bytes to a payload, for the webhook and for
-``nodesync plan`` alike: UTF-8 JSON (no NaN or Infinity, nesting bounded), then
-:func:`parse_payload`.
+:func:`checked_payload` decodes bytes this way: UTF-8 JSON (no NaN or Infinity, nesting
+bounded), then :func:`parse_payload`, each field in order, the first fault named. The webhook and
+``nodesync plan`` call :func:`exporter.model.payload_decode.decode_payload`, which reads a
+well-formed body in one pass with the same rules and hands anything else to this module.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import functools
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Final, NoReturn
+from typing import Final, NoReturn
 
 from exporter.model.alerts import ALERT_STATUSES, Alert, WebhookPayload, episode_start
 
@@ -34,13 +35,14 @@ MAX_LABELS: Final = 256  # per label or annotation set
 MAX_NAME_LENGTH: Final = 1024  # label and annotation names
 MAX_VALUE_LENGTH: Final = 16384  # every other string: values, URLs, groupKey, receiver
 MAX_FINGERPRINT_LENGTH: Final = 64
+MAX_TIMESTAMP_LENGTH: Final = 64  # startsAt, endsAt
 MAX_COUNT: Final = 2**63 - 1  # truncatedAlerts (a signed 64-bit integer in storage)
 
 _TIMESTAMP = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:[Zz]|([+-])(\d{2}):(\d{2}))",
     re.ASCII,
 )
-_FINGERPRINT = re.compile(rf"[0-9a-fA-F]{{1,{MAX_FINGERPRINT_LENGTH}}}", re.ASCII)
+FINGERPRINT = re.compile(rf"[0-9a-fA-F]{{1,{MAX_FINGERPRINT_LENGTH}}}", re.ASCII)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: Go's zero time.Time, 0001-01-01T00:00:00Z, in Unix seconds.
 ZERO_TIME: Final[int] = calendar.timegm((1, 1, 1, 0, 0, 0))
@@ -107,9 +109,6 @@ def _string_map(value: object, where: str, *, optional: bool) -> dict[str, str]:
         raise PayloadError(f"{where}: must be an object of strings, got {_type_name(value)}")
     if len(value) > MAX_LABELS:
         raise PayloadError(f"{where}: more than {MAX_LABELS} entries ({len(value)})")
-    if _valid_strings(value):
-        return dict(value)
-    # Something is wrong: find the first entry that is, to say which.
     result: dict[str, str] = {}
     for name, item in value.items():
         # json.loads only makes string keys; a caller's dict may not
@@ -120,44 +119,27 @@ def _string_map(value: object, where: str, *, optional: bool) -> dict[str, str]:
     return result
 
 
-def _valid_strings(value: dict[Any, Any]) -> bool:
-    """Whether every entry passes the checks of the loop in _string_map, decided without
-    formatting a field name per entry: a webhook delivery carries up to 1000 alerts with a
-    dozen labels and annotations each, and this runs on the event loop. (Joining strings cannot
-    make a surrogate that none of them has.)"""
-    for name, item in value.items():
-        if not (
-            isinstance(name, str)
-            and isinstance(item, str)
-            and 0 < len(name) <= MAX_NAME_LENGTH
-            and len(item) <= MAX_VALUE_LENGTH
-        ):
-            return False
-    joined = "".join([*value.keys(), *value.values()])
-    return joined.isascii() or _SURROGATE.search(joined) is None
-
-
-class _BadTime(ValueError):
+class BadTime(ValueError):
     """What is wrong with a timestamp's text (the caller names the field)."""
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_time(text: str) -> float | None:
-    """Unix seconds, or None for Go's zero time; _BadTime if ``text`` is none. Memoized:
+def parse_time(text: str) -> float | None:
+    """Unix seconds, or None for Go's zero time; BadTime if ``text`` is none. Memoized:
     Alertmanager sends the same few startsAt and endsAt again in every notification of a group."""
     match = _TIMESTAMP.fullmatch(text)
     if match is None:
-        raise _BadTime(f"not an RFC 3339 timestamp: {text!r}")
+        raise BadTime(f"not an RFC 3339 timestamp: {text!r}")
     year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
     fraction, sign, off_hours, off_minutes = match.groups()[6:]
     if not (year >= 1 and 1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]):
-        raise _BadTime(f"no such date: {text!r}")
+        raise BadTime(f"no such date: {text!r}")
     if hour > 23 or minute > 59 or second > 59:
-        raise _BadTime(f"no such time: {text!r}")
+        raise BadTime(f"no such time: {text!r}")
     offset = 0
     if sign is not None:
         if int(off_hours) > 23 or int(off_minutes) > 59:
-            raise _BadTime(f"bad UTC offset: {text!r}")
+            raise BadTime(f"bad UTC offset: {text!r}")
         offset = (int(off_hours) * 3600 + int(off_minutes) * 60) * (1 if sign == "+" else -1)
     whole: int = calendar.timegm((year, month, day, hour, minute, second)) - offset
     if whole == ZERO_TIME and not (fraction and int(fraction)):
@@ -169,10 +151,10 @@ def _parse_time(text: str) -> float | None:
 
 def _timestamp(value: object, where: str) -> float | None:
     """Unix seconds, or None for Go's zero time."""
-    text = _string(value, where, max_length=64)
+    text = _string(value, where, max_length=MAX_TIMESTAMP_LENGTH)
     try:
-        return _parse_time(text)
-    except _BadTime as exc:
+        return parse_time(text)
+    except BadTime as exc:
         raise PayloadError(f"{where}: {exc}") from None
 
 
@@ -184,68 +166,6 @@ def _count(value: object, where: str) -> int:
     return value
 
 
-def _alert(value: object, index: int) -> Alert:
-    return _plain_alert(value) or _checked_alert(value, index)
-
-
-def _plain_string(value: object, max_length: int = MAX_VALUE_LENGTH) -> bool:
-    """Whether _string would accept ``value``, decided without naming the field."""
-    return (
-        type(value) is str
-        and len(value) <= max_length
-        and (value.isascii() or _SURROGATE.search(value) is None)
-    )
-
-
-def _plain_time(value: object) -> float | None:
-    """What _timestamp returns for ``value``; _BadTime where it would raise."""
-    if type(value) is not str or len(value) > 64:
-        raise _BadTime("not a timestamp's text")
-    return _parse_time(value)
-
-
-def _plain_alert(value: object) -> Alert | None:
-    """The alert when every field is well formed, else None (then _checked_alert says which
-    is not). A delivery carries up to 1000 alerts and is checked on the event loop: this path
-    formats no field names, and parses each distinct timestamp once (memoized)."""
-    if type(value) is not dict:
-        return None
-    fingerprint = value.get("fingerprint")
-    status = value.get("status")
-    labels = value.get("labels")
-    annotations = value.get("annotations")
-    generator_url = value.get("generatorURL", "")
-    ends = value.get("endsAt")
-    try:
-        starts_at = _plain_time(value.get("startsAt"))
-        ends_at = None if ends is None else _plain_time(ends)
-    except _BadTime:
-        return None
-    if (
-        type(fingerprint) is not str
-        or not _FINGERPRINT.fullmatch(fingerprint)
-        or type(status) is not str
-        or status not in ALERT_STATUSES
-        or starts_at is None
-        or type(labels) is not dict
-        or len(labels) > MAX_LABELS
-        or not _valid_strings(labels)
-        or not (annotations is None or type(annotations) is dict)
-        or (annotations and (len(annotations) > MAX_LABELS or not _valid_strings(annotations)))
-        or not _plain_string(generator_url)
-    ):
-        return None
-    return Alert(
-        fingerprint=fingerprint,
-        status=status,
-        labels=dict(labels),
-        starts_at=episode_start(starts_at),
-        ends_at=ends_at,
-        annotations=dict(annotations) if annotations else {},
-        generator_url=generator_url,
-    )
-
-
 def _checked_alert(value: object, index: int) -> Alert:
     """The alert, every field checked in order: the first fault found is the one raised."""
     path = f"alerts[{index}]."
@@ -254,7 +174,7 @@ def _checked_alert(value: object, index: int) -> Alert:
     fingerprint = _string(
         _get(value, "fingerprint", path), f"{path}fingerprint", max_length=MAX_FINGERPRINT_LENGTH
     )
-    if not _FINGERPRINT.fullmatch(fingerprint):
+    if not FINGERPRINT.fullmatch(fingerprint):
         raise PayloadError(f"{path}fingerprint: must be hexadecimal, got {fingerprint!r}")
     starts_at = _timestamp(_get(value, "startsAt", path), f"{path}startsAt")
     if starts_at is None:
@@ -295,7 +215,7 @@ def parse_payload(body: object) -> WebhookPayload:
         group_key=_string(_get(body, "groupKey", ""), "groupKey"),
         status=_status(_get(body, "status", ""), "status"),
         receiver=_string(_get(body, "receiver", ""), "receiver"),
-        alerts=tuple(_alert(a, i) for i, a in enumerate(alerts)),
+        alerts=tuple(_checked_alert(a, i) for i, a in enumerate(alerts)),
         truncated_alerts=_count(body.get("truncatedAlerts", 0), "truncatedAlerts"),
         group_labels=_string_map(body.get("groupLabels"), "groupLabels", optional=True),
         common_labels=_string_map(body.get("commonLabels"), "commonLabels", optional=True),
@@ -310,8 +230,9 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def decode_payload(raw: bytes) -> WebhookPayload:
-    """A WebhookPayload from a request body; PayloadError for anything else: not UTF-8, not
+def checked_payload(raw: bytes) -> WebhookPayload:
+    """A WebhookPayload from a request body, every field checked in order; PayloadError for
+    anything else: not UTF-8, not
     JSON (NaN and Infinity are not JSON), nested deeper than the decoder goes, or not a valid
     version-4 payload. The message is one line."""
     try:

@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from hypothesis import strategies as st
+
 from exporter.model.payload import MAX_ALERTS, MAX_LABELS, MAX_NAME_LENGTH, MAX_VALUE_LENGTH
 
 # 2026-11-30T01:02:03Z
@@ -86,6 +88,19 @@ def _delete(path: str) -> Callable[[dict[str, Any]], None]:
 
 
 LONG = "x" * (MAX_VALUE_LENGTH + 1)
+
+
+def damaged(changes: list[tuple[str, object]]) -> dict[str, Any]:
+    """Alertmanager's body with each (path, value) set, or deleted where the value is ``...``;
+    a change whose parent an earlier one removed is skipped."""
+    b = body()
+    for path, value in changes:
+        try:
+            (_delete(path) if value is ... else _set(path, value))(b)
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return b
+
 
 INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("version missing", _delete("version"), r"^version: missing$"),
@@ -331,4 +346,43 @@ NAMES: list[tuple[str, bytes, list[str]]] = [
         ),
         ["invalid_name", "invalid_name", "unknown_node"],
     ),
+]
+
+
+#: Any JSON value, for damaging bodies.
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.sampled_from(["4", "firing", "resolved", "2026-11-30T01:02:03Z", "0001-01-01T00:00:00Z"]),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+PATHS = [
+    "version",
+    "groupKey",
+    "status",
+    "receiver",
+    "truncatedAlerts",
+    "groupLabels",
+    "commonLabels",
+    "commonAnnotations",
+    "externalURL",
+    "alerts",
+    "alerts.0",
+    "alerts.0.status",
+    "alerts.0.labels",
+    "alerts.0.labels.node",
+    "alerts.0.annotations",
+    "alerts.0.startsAt",
+    "alerts.0.endsAt",
+    "alerts.0.generatorURL",
+    "alerts.0.fingerprint",
+    "alerts.1.labels",
+    "alerts.1.endsAt",
 ]

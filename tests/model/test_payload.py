@@ -6,23 +6,25 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.model import payload
 from exporter.model.alerts import Alert, WebhookPayload
-from exporter.model.payload import (
-    MAX_ALERTS,
-    MAX_NAME_LENGTH,
-    MAX_VALUE_LENGTH,
-    PayloadError,
-    decode_payload,
-    parse_payload,
+from exporter.model.payload import MAX_ALERTS, PayloadError, parse_payload
+from exporter.model.payload_decode import decode_payload
+from tests.model.payload_corpus import (
+    AM_BODY,
+    INVALID,
+    JSON,
+    NAMES,
+    PATHS,
+    RAW,
+    T0,
+    body,
+    damaged,
 )
-from tests.model.payload_corpus import AM_BODY, INVALID, NAMES, RAW, T0, _delete, _set, body
 
 
 def test_an_alertmanager_body_is_parsed() -> None:
@@ -158,44 +160,6 @@ def test_a_non_string_key_from_a_caller_is_refused() -> None:
         parse_payload(b)
 
 
-JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False)
-    | st.text(max_size=20)
-    | st.sampled_from(["4", "firing", "resolved", "2026-11-30T01:02:03Z", "0001-01-01T00:00:00Z"]),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=5)
-    ),
-    max_leaves=30,
-)
-
-PATHS = [
-    "version",
-    "groupKey",
-    "status",
-    "receiver",
-    "truncatedAlerts",
-    "groupLabels",
-    "commonLabels",
-    "commonAnnotations",
-    "externalURL",
-    "alerts",
-    "alerts.0",
-    "alerts.0.status",
-    "alerts.0.labels",
-    "alerts.0.labels.node",
-    "alerts.0.annotations",
-    "alerts.0.startsAt",
-    "alerts.0.endsAt",
-    "alerts.0.generatorURL",
-    "alerts.0.fingerprint",
-    "alerts.1.labels",
-    "alerts.1.endsAt",
-]
-
-
 def _parses_or_refuses(value: object) -> None:
     try:
         result = parse_payload(value)
@@ -224,13 +188,7 @@ def test_arbitrary_json_raises_nothing_but_payload_error(value: object) -> None:
 def test_a_damaged_alertmanager_body_raises_nothing_but_payload_error(
     changes: list[tuple[str, object]],
 ) -> None:
-    b = body()
-    for path, value in changes:
-        try:
-            (_delete(path) if value is ... else _set(path, value))(b)
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue  # an earlier change removed the parent
-    _parses_or_refuses(b)
+    _parses_or_refuses(damaged(changes))
 
 
 @pytest.mark.parametrize(("data", "message"), [c[1:] for c in RAW], ids=[c[0] for c in RAW])
@@ -249,73 +207,3 @@ def test_names_are_not_the_parser_s_business(data: bytes) -> None:
 
 def test_decode_accepts_what_alertmanager_posts() -> None:
     assert decode_payload(json.dumps(AM_BODY).encode()) == parse_payload(body())
-
-
-_LABEL_TEXT = st.text(st.characters(max_codepoint=0xFFFF), max_size=4) | st.sampled_from(
-    ["\ud800", "a\udfff", "", "n" * (MAX_NAME_LENGTH + 1)]  # lone surrogates; empty; too long
-)
-_LABEL_MAPS = st.dictionaries(
-    _LABEL_TEXT,
-    _LABEL_TEXT | st.integers() | st.none() | st.just("v" * (MAX_VALUE_LENGTH + 1)),
-    max_size=4,
-)
-
-
-def _labels_outcome(labels: object) -> tuple[str, object]:
-    data = body()
-    data["alerts"][0]["labels"] = labels
-    data["alerts"][0]["annotations"] = labels
-    try:
-        return "accepted", parse_payload(data)
-    except PayloadError as exc:
-        return "refused", exc.message
-
-
-@settings(max_examples=300, deadline=None)
-@given(_LABEL_MAPS)
-def test_label_maps_are_judged_as_entry_by_entry(labels: dict[str, object]) -> None:
-    """Label and annotation maps are checked in one pass when every entry is valid; the
-    outcome, and the message naming the first bad entry, are those of checking each entry."""
-    fast = _labels_outcome(labels)
-    with mock.patch.object(payload, "_valid_strings", return_value=False):
-        assert _labels_outcome(labels) == fast
-
-
-def _checked_or_none(value: object) -> Alert | None:
-    try:
-        return payload._checked_alert(value, 0)
-    except PayloadError:
-        return None
-
-
-@settings(max_examples=500, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from([p for p in PATHS if p.startswith("alerts.")]), JSON | st.just(...)
-        ),
-        max_size=3,
-    )
-)
-def test_the_fast_alert_path_accepts_exactly_what_the_checked_one_does(
-    changes: list[tuple[str, object]],
-) -> None:
-    """An alert is first read without naming fields (``_plain_alert``); only when that fails is
-    it checked field by field. On anything JSON gives, both take the same alerts, to the same
-    result: the fast path is never more lenient and falls back wherever it is stricter."""
-    b = body()
-    for path, value in changes:
-        try:
-            (_delete(path) if value is ... else _set(path, value))(b)
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-    alerts = json.loads(json.dumps(b))["alerts"]
-    for one in alerts if isinstance(alerts, list) else []:
-        assert payload._plain_alert(one) == _checked_or_none(one)
-
-
-def test_an_alertmanager_alert_takes_the_fast_path() -> None:
-    for one in body()["alerts"]:
-        fast = payload._plain_alert(one)
-        assert fast is not None
-        assert fast == payload._checked_alert(one, 0)
