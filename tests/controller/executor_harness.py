@@ -327,17 +327,23 @@ class Bench:
 
     async def settled(self, executor: Executor, within: float = 20.0) -> None:
         """Run passes until every firing alert is decided (deferred ones stay deferred) and no
-        NodeRollback is active, as the watch sees them."""
+        NodeRollback is active, as the watch sees them: the watch holds every NodeRollback at
+        the version the server holds (``executor.status()``, the phases, reasons and budget
+        the metrics show, reads the watch, which sees the last status write after it landed)."""
 
         async def quiet() -> bool:
             await executor.run_once()
             await executor.wait_idle()
             undecided = await self.journal.alerts_to_decide()
             active = [r for r in self.rollbacks() if r.status.phase in ACTIVE_PHASES]
-            in_sync = len(list(self.watch.all())) == len(self.rollbacks())
-            return not active and in_sync and len(undecided) == len(deferred(executor))
+            return not active and self.watch_current() and len(undecided) == len(deferred(executor))
 
         await until(quiet, "the executor to settle", within)
+
+    def watch_current(self) -> bool:
+        """The NodeRollback watch holds what the server holds: every one, at its version."""
+        seen = {r.name: r.resource_version for r in self.watch.all()}
+        return seen == {r.name: r.resource_version for r in self.rollbacks()}
 
 
 def deferred(executor: Executor) -> dict[tuple[str, float], str]:
