@@ -260,9 +260,11 @@ async def test_a_pdb_that_blocks_then_allows_is_retried_and_the_rollback_finishe
 
     async def blocked() -> bool:
         await executor.run_once()
-        return any(r.status.reason == "pdb_blocked" for r in b.rollbacks())
+        # executor.status() reads the NodeRollback watch, which gets the Waiting status only
+        # after the server stored it: wait until it holds what the server holds
+        return any(r.status.reason == "pdb_blocked" for r in b.rollbacks()) and b.watch_current()
 
-    await until(blocked, "the drain to wait on the PodDisruptionBudget")
+    await until(blocked, "the drain to wait on the PodDisruptionBudget, as the watch sees it")
     [waiting] = b.rollbacks()
     assert waiting.status.phase is Phase.WAITING
     assert executor.status().reasons == {("Waiting", "pdb_blocked"): 1}
