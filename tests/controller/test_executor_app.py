@@ -93,9 +93,18 @@ async def test_posted_three_times_each_step_runs_once(
         assert response.status == 200
 
     async def done() -> bool:
-        return rollbacks(server, Phase.SUCCEEDED) == 1
+        if rollbacks(server, Phase.SUCCEEDED) != 1:
+            return False
+        # The server holds the last status write before the executor counts its step (after
+        # the answer) and before its NodeRollback watch, which the phases come from, sees it.
+        text = await scrape(client)
+        actions = series(text, "nodesync_actions_total")
+        return (
+            actions.get(labels(action="delete_node", result="done")) == 1
+            and series(text, "nodesync_rollbacks").get(labels(phase="Succeeded")) == 1
+        )
 
-    await until(done, "the rollback to finish", 30)
+    await until(done, "the rollback to finish, as the executor's metrics show", 30)
     assert server.store.try_get("nodes", "new-1") is None
     assert server.counters.count("patch", "nodes") == 3
     assert server.counters.count("delete", "nodes") == 1
