@@ -127,10 +127,16 @@ async def test_exposition_passes_promtool_and_matches_the_docs(
     containerd: LocalContainerd, agent: TestClient, scrape: Scrape
 ) -> None:
     await run_mixed_pod(containerd.endpoint, name="docs")
+    # The stats families come from the first stats refresh, a task of its own that starts
+    # after the first sync cycle: a cycle that already counts the OOM kill may be published
+    # before it. Wait for both.
     text = await _until(
         scrape,
-        lambda t: _value(t, "nodesync_container_terminations_total", reason="OOMKilled") == 1,
-        "the mixed pod to settle",
+        lambda t: (
+            _value(t, "nodesync_container_terminations_total", reason="OOMKilled") == 1
+            and _value(t, "nodesync_runtime_stats_timestamp_seconds") is not None
+        ),
+        "the mixed pod to settle and the first stats refresh",
     )
     check_metrics(text)
     markdown = DOC.read_text()
