@@ -41,8 +41,10 @@ async def agent(
     unused_tcp_port: int,
     aiohttp_client: Callable[..., Awaitable[TestClient]],
 ) -> TestClient:
-    app = make_app(agent_settings(containerd, tmp_path, unused_tcp_port), CollectorRegistry())
-    return await aiohttp_client(app)
+    # Stats every second, not every minute: a first stats read that misses its 0.5 s CRI
+    # deadline on a busy machine is read again before a test's wait runs out.
+    settings = agent_settings(containerd, tmp_path, unused_tcp_port, stats_period=1.0)
+    return await aiohttp_client(make_app(settings, CollectorRegistry()))
 
 
 @pytest.fixture
