@@ -51,7 +51,7 @@ IDENTIFYING_LABELS = {
 def test_every_rule_file_has_a_unit_test_file() -> None:
     # Also keeps the parametrized tests below from passing vacuously on an empty glob.
     names = {path.stem for path in RULE_FILES}
-    assert {"thresholds", "nodes", "pods", "runtime", "drift", "host"} <= names
+    assert {"thresholds", "nodes", "pods", "runtime", "drift", "host", "controller"} <= names
     assert {path.name for path in UNIT_TEST_FILES} == {f"{name}_test.yml" for name in names}
 
 
