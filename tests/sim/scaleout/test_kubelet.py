@@ -290,7 +290,12 @@ async def test_an_eviction_is_confirmed_by_the_kubelet_and_a_cordon_changes_noth
         await eventually(lambda: env.pod("app-w-000-0") is None, "the kubelet to confirm", 5)
         # Confirmed well within its 30 s grace period, with a grace-0 delete of that uid.
         assert time.monotonic() - evicted_at < 5
-        assert env.sim.timeline.of("w-000", timeline.POD_DELETED)
+        # The kubelet records the confirmation and removes what is left of the pod once the
+        # server's answer reached it, which may be just after the pod left the store.
+        await eventually(
+            lambda: bool(env.sim.timeline.of("w-000", timeline.POD_DELETED)),
+            "the confirmation recorded",
+        )
         assert not env.sim.runtimes["w-000"].has(uid)
         deletes = [e for e in env.audit.entries if e.verb == "delete" and e.resource == "pods"]
         # Only that pod (a delete whose answer came late on a busy machine is retried, and the
@@ -333,7 +338,9 @@ async def test_a_deleted_pod_is_stopped_in_the_runtime_before_the_kubelet_confir
         # delivered the deletion yet) only finds it gone.
         assert seen[0] == ("notready", ["exited"])
         assert all("running" not in containers for _, containers in seen)
-        assert not runtime.has(uid)  # and what was left of it is gone after the confirmation
+        # What was left of it goes once the confirmation's answer reached the kubelet, which
+        # may be just after the pod left the store.
+        await eventually(lambda: not runtime.has(uid), "what was left of the pod removed")
 
 
 async def test_the_pods_of_a_silent_node_stay_terminating_until_it_comes_back() -> None:
@@ -368,4 +375,6 @@ async def test_the_pods_of_a_silent_node_stay_terminating_until_it_comes_back() 
         assert env.sim.runtimes["w-000"].has(uid)  # nobody stopped it
         await eventually(lambda: env.pod("app-w-000-0") is None, "the confirmation once back", 15)
         assert env.sim.timeline.first("w-000", timeline.LEASE_RESUMED) is not None
-        assert not env.sim.runtimes["w-000"].has(uid)
+        # Removed from the runtime once the confirmation's answer reached the kubelet (just
+        # after the pod left the store).
+        await eventually(lambda: not env.sim.runtimes["w-000"].has(uid), "the pod removed")
