@@ -93,6 +93,9 @@ async def test_a_cleanup_request_is_answered_done_and_removes_the_orphans() -> N
     async with simulating(doc(waves=[wave])) as env:
         port = await env.sim.serve_metrics()
         await eventually(lambda: _orphans(port, "w-001"), "orphan drift", within=15)
+        # The desired pod runs before the cleanup is asked for: the orphan's drift grace can
+        # run out before the kubelet has started it (bound once the node is Ready).
+        await eventually(lambda: _pod_ready(env, "app-w-001-0") == "True", "the app pod running")
         await _request_cleanup(env, "w-001", "req-1")
         status = await eventually(lambda: _answered(env, "w-001", "req-1"), "the answer", 15)
         assert status["state"] == "done"
