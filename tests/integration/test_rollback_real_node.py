@@ -118,6 +118,11 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
                     kubeconfig=kubeconfig,
                     api_initial_jitter=0.0,
                     drift_grace_period=0.5,
+                    # Not the tests' usual 0.5 s: a cleanup's status call over its deadline
+                    # fails the cleanup, two runtime reads over it in a row answer it
+                    # unavailable (for good, either way), and a busy machine's containerd can
+                    # take longer than 0.5 s to answer.
+                    cri_timeout=5.0,
                 ),
                 CollectorRegistry(),
             )
