@@ -31,6 +31,7 @@ and ``oom_loop``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 #: slower kubelets check a quarter of their pod sync period (a 2 s pod sync: every 0.5 s), so
 #: that hundreds of them do not wake up thousands of times a second.
 FAULT_TICK = 0.05
+#: How long the lease's stop waits for a renewal sent before it to land.
+RENEWAL_LANDS_SECONDS = 1.0
 
 
 def fault_tick(timing: Timing) -> float:
@@ -144,6 +147,9 @@ class SimulatedKubelet:
         self.node_uid = ""
         self.registered_at: float | None = None
         self.last_renewal: float | None = None
+        # Held while a renewal is on its way: the lease's stop is recorded once the renewal
+        # sent before it has landed, so the stop names the renewTime the Lease keeps.
+        self._renewing = asyncio.Lock()
         self.node_gone = False
         self._lease: dict[str, object] = {}
         self._posted: dict[str, str] = {}  # condition type -> status last posted
@@ -283,21 +289,31 @@ class SimulatedKubelet:
             if alive:
                 self._timeline.record(self.name, timeline.LEASE_RESUMED, at=now)
             else:
-                last = f"{self.last_renewal:.3f}" if self.last_renewal is not None else ""
+                renewed = await self._landed_renewal()
+                last = f"{renewed:.3f}" if renewed is not None else ""
                 self._timeline.record(self.name, timeline.LEASE_STOPPED, last, at=now)
             self._alive = alive
 
+    async def _landed_renewal(self) -> float | None:
+        """The last renewal, once one on its way has landed (waiting RENEWAL_LANDS_SECONDS at
+        most, so that a hung API server does not hold the fault checks back)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(RENEWAL_LANDS_SECONDS), self._renewing:
+                pass
+        return self.last_renewal
+
     async def _renew_lease(self) -> None:
-        now = self._clock.now()
-        if self.node_gone or not self.alive(now) or self.registered_at is None:
-            return
-        try:
-            self._lease = await self._client.renew_lease(self._lease, now)
-        except NotFound:
-            self._lease = await self._client.create_lease(
-                self.name, self.node_uid, self._timing.lease_duration_seconds, now
-            )
-        self.last_renewal = now
+        async with self._renewing:
+            now = self._clock.now()
+            if self.node_gone or not self.alive(now) or self.registered_at is None:
+                return
+            try:
+                self._lease = await self._client.renew_lease(self._lease, now)
+            except NotFound:
+                self._lease = await self._client.create_lease(
+                    self.name, self.node_uid, self._timing.lease_duration_seconds, now
+                )
+            self.last_renewal = now
 
     async def _post_status(self) -> None:
         now = self._clock.now()
