@@ -232,9 +232,8 @@ def _reject_constant(name: str) -> NoReturn:
 
 def checked_payload(raw: bytes) -> WebhookPayload:
     """A WebhookPayload from a request body, every field checked in order; PayloadError for
-    anything else: not UTF-8, not
-    JSON (NaN and Infinity are not JSON), nested deeper than the decoder goes, or not a valid
-    version-4 payload. The message is one line."""
+    anything else: not UTF-8, not JSON (NaN and Infinity are not JSON), nested deeper than the
+    decoder goes, or not a valid version-4 payload. The message is one line."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
