@@ -103,7 +103,7 @@ class Driver:
             if fencing_only and rollback.status.steps[index].kind not in FENCING_STEPS:
                 return
             with write_priority(index):  # later steps yield the budget to earlier ones
-                if not await self._step(rollback, index):
+                if not await self._step(rollback, index, queued=fencing_only):
                     return
 
     async def _bring_up_to_date(self, rollback: NodeRollback) -> NodeRollback | None:
@@ -145,14 +145,15 @@ class Driver:
                 return False
         return True
 
-    async def _step(self, rollback: NodeRollback, index: int) -> bool:
+    async def _step(self, rollback: NodeRollback, index: int, *, queued: bool = False) -> bool:
         """Step ``index``: re-check, record the intent, act, record the outcome. True when the
-        driver should go on with the next step."""
+        driver should go on with the next step. ``queued``: driven without a slot (its outcome
+        says so when the next step needs one)."""
         name = rollback.name
         try:
             pre = await self._steps.precheck(rollback, index)
             if isinstance(pre, StepResult):
-                return await self._finish(rollback, index, pre)
+                return await self._finish(rollback, index, pre, queued=queued)
             if isinstance(pre, Wait):
                 await self._wait(rollback, index, pre)
                 return False
@@ -171,7 +172,7 @@ class Driver:
         if isinstance(outcome, Wait):
             await self._wait(started, index, outcome)
             return False
-        return await self._finish(started, index, outcome)
+        return await self._finish(started, index, outcome, queued=queued)
 
     async def _wait(
         self, rollback: NodeRollback, index: int, wait: Wait, *, failed_attempt: bool = False
@@ -227,6 +228,7 @@ class Driver:
         result: StepResult,
         *,
         target: ObjectRef | None = None,
+        queued: bool = False,
     ) -> bool:
         """Record the outcome: the Event first (named after the rollback's uid, so a second
         record is refused), then the status; a recovered node is given back before."""
@@ -250,7 +252,7 @@ class Driver:
         def finished(current: NodeRollback) -> RollbackStatus | None:
             if current.status.steps[index].state in FINISHED_STEP_STATES:
                 return None
-            return finish_step(current.status, index, result, now)
+            return finish_step(current.status, index, result, now, queued=queued)
 
         written = await self._writes.change_status(rollback.name, finished)
         self.metrics.action(kind.value, result.state.value)

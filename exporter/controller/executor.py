@@ -8,8 +8,9 @@ interval), while this controller leads:
 2. Every active NodeRollback without a driver gets one, oldest first. A node rollback's fencing
    steps (cordon, taint: they only keep new pods off a failed node) run at once; the steps after
    them only while fewer than ``--guard.max-concurrent-rollbacks`` are being driven (the others
-   stay queued, cordoned). A rollback that waits (for its node's agent, a PodDisruptionBudget,
-   a pause) has no driver until its next attempt is due, so it holds no slot.
+   stay queued, cordoned: ``Waiting``, reason ``queued``). A rollback that waits (for its node's
+   agent, a PodDisruptionBudget, a pause) has no driver until its next attempt is due, so it
+   holds no slot.
 3. Finished NodeRollbacks older than ``--rollback.retention`` are deleted.
 
 Driving one rollback (exporter.controller.driver) runs its steps in order. For each: the live
@@ -60,10 +61,7 @@ from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
 from exporter.model.clusterview import ClusterView
 from exporter.model.guards import budget, correlated_failure
-from exporter.model.rollback import (
-    Action,
-    Phase,
-)
+from exporter.model.rollback import QUEUED, Action, Phase
 from exporter.model.rollback_state import fencing_next
 from exporter.settings.declare import log_fields
 
@@ -71,8 +69,15 @@ log = logging.getLogger(__name__)
 
 REFUSAL_REASONS = tuple(dict.fromkeys((*planner.REASONS, *guards.REASONS)))
 #: Why a NodeRollback waits, failed or was cancelled, as the metrics say it: the steps' reasons
-#: and the guards' that stop a rollback; anything else (a status written by hand) is ``other``.
-ROLLBACK_REASONS = (*steps.REASONS, guards.CONTROL_PLANE, guards.PROTECTED, guards.OTHER_REMEDIATOR)
+#: the guards' that stop a rollback, and ``queued`` (fenced, waiting for a slot); anything else
+#: (a status written by hand) is ``other``.
+ROLLBACK_REASONS = (
+    *steps.REASONS,
+    guards.CONTROL_PLANE,
+    guards.PROTECTED,
+    guards.OTHER_REMEDIATOR,
+    QUEUED,
+)
 OTHER_REASON = "other"
 
 #: How often the executor checks, while idle, that it still leads.

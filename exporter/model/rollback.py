@@ -65,6 +65,8 @@ class StepKind(enum.Enum):
 #: The steps that only keep new pods off a node: they run as soon as a rollback is decided, and
 #: the ones after them (which evict, clean up, delete) wait for a concurrency slot.
 FENCING_STEPS = frozenset({StepKind.CORDON, StepKind.TAINT})
+#: The reason of a node rollback whose fencing is done and whose next step waits for a slot.
+QUEUED = "queued"
 
 
 class StepState(enum.Enum):
@@ -83,7 +85,7 @@ class Phase(enum.Enum):
 
     PENDING = "Pending"  # decided, no step started
     RUNNING = "Running"  # a step runs
-    WAITING = "Waiting"  # between attempts: for the agent, a PodDisruptionBudget, a pause
+    WAITING = "Waiting"  # between attempts (the agent, a PodDisruptionBudget, a pause); queued
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"  # stopped before it finished: the node recovered, is protected ...

@@ -5,7 +5,9 @@ before its effect) *before* the effect, so that after a crash the next leader kn
 may have happened and re-checks it instead of skipping it. Finishing records the outcome; a
 result may stop the rollback (skipping the rest) in a final phase. A step that must wait (for
 the node's agent, a PodDisruptionBudget, a pause) stays ``running`` while the rollback is
-``Waiting``, with the time of its next attempt.
+``Waiting``, with the time of its next attempt. A node rollback fenced (cordoned, tainted)
+while every concurrency slot is held is ``Waiting`` too, reason ``queued``, its next step
+pending, until a slot frees (``finish_step(queued=True)``: no write of its own).
 
 Timestamps are Unix seconds passed in; nothing here reads a clock.
 """
@@ -20,6 +22,7 @@ from exporter.model.alerts import same_episode
 from exporter.model.rollback import (
     FENCING_STEPS,
     FINISHED_STEP_STATES,
+    QUEUED,
     Phase,
     PodTarget,
     RollbackSpec,
@@ -142,10 +145,16 @@ def wait_step(
     )
 
 
+#: The message of a queued rollback (reason ``queued``).
+QUEUED_MESSAGE = "fenced; its next step waits for a slot (--guard.max-concurrent-rollbacks)"
+
+
 def finish_step(
-    status: RollbackStatus, index: int, result: StepResult, now: float
+    status: RollbackStatus, index: int, result: StepResult, now: float, *, queued: bool = False
 ) -> RollbackStatus:
-    """Step ``index`` ended as ``result`` says; the rollback goes on, stops, or succeeds."""
+    """Step ``index`` ended as ``result`` says; the rollback goes on, stops, or succeeds.
+    ``queued``: it was driven without a concurrency slot; if it goes on with a step that is not
+    a fencing one, it is ``Waiting`` (``queued``) until the executor drives it with a slot."""
     step = status.steps[index]
     finished = dataclasses.replace(
         step,
@@ -159,8 +168,13 @@ def finish_step(
     status = dataclasses.replace(status, steps=_with_step(status, index, finished))
     if result.stop is not None:
         return _end(status, result.stop, result.reason, result.message, now, result)
-    if current_step(status) is None:
+    following = current_step(status)
+    if following is None:
         return _end(status, Phase.SUCCEEDED, "", result.message, now, result)
+    if queued and status.steps[following].kind not in FENCING_STEPS:
+        return dataclasses.replace(
+            status, phase=Phase.WAITING, reason=QUEUED, message=QUEUED_MESSAGE
+        )
     return dataclasses.replace(status, phase=Phase.RUNNING, reason="", message="")
 
 

@@ -624,12 +624,21 @@ async def test_queued_rollbacks_are_cordoned_and_tainted_at_once(b: Bench) -> No
         )
 
     await until(queued_ones_fenced, "new-2 and new-3 cordoned and tainted", within=6.0)
-    [first] = [r for r in b.rollbacks() if r.spec.node == "new-1"]
-    assert dict(step_states(first))["drain"] == "running"  # the slot is still held
+    by_node = {r.spec.node: r for r in b.rollbacks()}
+    assert dict(step_states(by_node["new-1"]))["drain"] == "running"  # the slot is still held
+    assert (by_node["new-1"].status.phase, by_node["new-1"].status.reason) == (Phase.RUNNING, "")
+    for n in ("new-2", "new-3"):  # queued: said by the status that recorded the taint
+        assert (by_node[n].status.phase, by_node[n].status.reason) == (Phase.WAITING, "queued")
     for n in ("new-2", "new-3"):
         node = b.node(n)
         assert node["spec"]["unschedulable"] is True
         assert [t["key"] for t in node["spec"]["taints"]] == ["nodesync.io/rollback"]
+    versions = {n: by_node[n].resource_version for n in ("new-2", "new-3")}
+    for _ in range(3):  # while queued, passes write nothing
+        await executor.run_once()
+    assert {r.spec.node: r.resource_version for r in b.rollbacks() if r.spec.node in versions} == (
+        versions
+    )
     b.server.faults.clear()
     await b.settled(executor)
     assert [r.status.phase for r in b.rollbacks()] == [Phase.SUCCEEDED] * 3

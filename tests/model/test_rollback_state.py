@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from exporter.model.rollback import (
+    QUEUED,
     Action,
     Phase,
     RollbackSpec,
@@ -20,6 +21,7 @@ from exporter.model.rollback_state import (
     BEFORE_ABSENT,
     BEFORE_PRESENT,
     OBSERVED_BEFORE,
+    QUEUED_MESSAGE,
     StepResult,
     add_trigger,
     cancel,
@@ -112,6 +114,29 @@ def test_a_wait_keeps_the_step_running_and_the_rollback_waiting() -> None:
         "",
         None,
     )
+
+
+def test_a_rollback_fenced_without_a_slot_waits_queued_until_one_takes_it() -> None:
+    status = finish_step(start_step(initial_status(SPEC), 0, T), 0, DONE, T, queued=True)
+    assert (status.phase, status.reason) == (Phase.RUNNING, "")  # the taint is still fencing
+    status = finish_step(start_step(status, 1, T), 1, DONE, T + 1, queued=True)
+    assert (status.phase, status.reason, status.step) == (Phase.WAITING, QUEUED, "drain")
+    assert status.message == QUEUED_MESSAGE
+    assert [s.state for s in status.steps][2:] == [StepState.PENDING] * 3
+    assert status.steps[2].not_before is None  # no attempt is due: a slot takes it
+    driven = start_step(status, 2, T + 5)
+    assert (driven.phase, driven.reason, driven.message) == (Phase.RUNNING, "", "")
+    with_a_slot = finish_step(start_step(initial_status(SPEC), 1, T), 1, DONE, T)
+    assert with_a_slot.phase is Phase.RUNNING
+
+
+def test_a_queued_rollback_that_stops_or_ends_is_not_queued() -> None:
+    stop = StepResult(StepState.SKIPPED, "gone", reason="node_gone", stop=Phase.CANCELLED)
+    stopped = finish_step(start_step(initial_status(SPEC), 1, T), 1, stop, T, queued=True)
+    assert (stopped.phase, stopped.reason) == (Phase.CANCELLED, "node_gone")
+    evict = initial_status(dataclasses.replace(SPEC, action=Action.EVICT_POD))
+    ended = finish_step(start_step(evict, 0, T), 0, DONE, T, queued=True)
+    assert ended.phase is Phase.SUCCEEDED
 
 
 def test_an_action_required_reaches_the_final_status() -> None:
