@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from exporter.controller.settings import WAVE_GAP, ExecutorSettings
+from exporter.model.rollback import StepKind
 from exporter.settings.declare import settings_by_field
 from exporter.settings.values import parse_duration
 
@@ -137,16 +138,8 @@ class ScrapeFailures:
     for_seconds: float | None = None
 
 
-#: The steps of a node rollback a controller restart can follow (exporter.model.rollback).
-ROLLBACK_STEPS: Final = (
-    "cordon",
-    "taint",
-    "drain",
-    "evict_pod",
-    "cleanup_runtime",
-    "verify",
-    "delete_node",
-)
+#: The steps of a rollback a controller restart can follow.
+ROLLBACK_STEPS: Final = tuple(kind.value for kind in StepKind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,12 +378,7 @@ def _fault(at: _At, *, group_nodes: list[str] | None, pods_per_node: int) -> Fau
     kind = keys["kind"].string()
     if kind not in FAULT_KINDS:
         raise keys["kind"].error(f"unknown fault {kind!r} (known: {', '.join(FAULT_KINDS)})")
-    share = _optional(keys.get("share"), lambda a: a.number(positive=True), None)
-    if share is not None and share > 1:
-        raise keys["share"].error(f"must be a share from 0 to 1, not {share!r}")
-    nodes: tuple[str, ...] = ()
-    if "nodes" in keys:
-        nodes = tuple(item.string() for item in keys["nodes"].items())
+    share, nodes = _targets(keys)
     if group_nodes is None:
         if share is not None or nodes:
             raise at.error("the real node's faults apply to it: no 'share' or 'nodes'")
@@ -413,6 +401,17 @@ def _fault(at: _At, *, group_nodes: list[str] | None, pods_per_node: int) -> Fau
         nodes=nodes,
         pods=pods,
     )
+
+
+def _targets(keys: dict[str, _At]) -> tuple[float | None, tuple[str, ...]]:
+    """The ``share`` (from 0 to 1) and the ``nodes`` a fault or a mark names, as written."""
+    share = _optional(keys.get("share"), lambda a: a.number(positive=True), None)
+    if share is not None and share > 1:
+        raise keys["share"].error(f"must be a share from 0 to 1, not {share!r}")
+    nodes: tuple[str, ...] = ()
+    if "nodes" in keys:
+        nodes = tuple(item.string() for item in keys["nodes"].items())
+    return share, nodes
 
 
 def _check_targets(
@@ -482,12 +481,7 @@ _MARK_KEYS = ("labels", "taints", "orphan_sandboxes", "share", "nodes")
 
 def _mark(at: _At, group_nodes: list[str]) -> MarkSpec:
     keys = at.obj(_MARK_KEYS)
-    share = _optional(keys.get("share"), lambda a: a.number(positive=True), None)
-    if share is not None and share > 1:
-        raise keys["share"].error(f"must be a share from 0 to 1, not {share!r}")
-    nodes: tuple[str, ...] = ()
-    if "nodes" in keys:
-        nodes = tuple(item.string() for item in keys["nodes"].items())
+    share, nodes = _targets(keys)
     _check_targets(at, keys, share, nodes, group_nodes)
     return MarkSpec(
         labels=_string_map(keys["labels"]) if "labels" in keys else {},
