@@ -1,11 +1,13 @@
 """The controller's durable journal: the webhook's intake. Every received alert, and what was
 decided about it.
 
-One SQLite file (WAL, ``synchronous=FULL``), one connection used by one dedicated thread: every
-method runs its SQL there, so the event loop never waits for a disk flush, and writes are
-serialised. A write method returns only after its transaction committed (the WAL was fsynced):
-what it reported survives a crash or a SIGKILL, and a transaction that did not commit leaves
-nothing behind. Other processes may read the file beside the writer
+One SQLite file (WAL), one connection used by one dedicated thread: every method runs its SQL
+there, so the event loop never waits for a disk flush, and writes are serialised. A write method
+returns only after its transaction committed: what it reported survives a crash or a SIGKILL,
+and a transaction that did not commit leaves nothing behind. Every commit waits for the disk
+(``synchronous=FULL``: the WAL fsynced), but one: a delivery that brings no new alert and no
+resolution writes only its audit row (and "last seen"), without waiting for the disk, since its
+alerts are there already (:func:`_record`). Other processes may read the file beside the writer
 (:meth:`Journal.open_read_only`): WAL readers see committed transactions and take no lock the
 writer waits for.
 
@@ -208,6 +210,9 @@ FAILURE_REASONS: Final = (LOCKED, FULL, IO, READONLY, CORRUPT, TIMEOUT, REPLACED
 LAST_SEEN_RESOLUTION: Final = 60.0
 #: How long a journal call other than a delivery waits for the deliveries before it, at most.
 DELIVERIES_FIRST_SECONDS: Final = 0.05
+#: A commit waits for the disk; a commit waits for the write only (WAL mode: see _transaction).
+_DURABLE: Final = "PRAGMA synchronous=FULL"
+_WRITTEN: Final = "PRAGMA synchronous=NORMAL"
 #: Values bound in one statement stay well under SQLite's limit (32766 since 3.32, 999 before).
 _QUERY_CHUNK: Final = 400
 
@@ -845,8 +850,13 @@ def _salvage(moved_to: str, conn: sqlite3.Connection) -> tuple[int, int, int]:
 
 
 @contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """A write transaction (the write lock taken at once), committed on success."""
+def _transaction(conn: sqlite3.Connection, *, durable: bool = True) -> Iterator[None]:
+    """A write transaction (the write lock taken at once), committed on success: with
+    ``durable``, its commit returns once the write-ahead log is on disk (fsynced); without, once
+    it is written (it survives the process, not a power cut, until the next durable commit).
+    Every transaction sets its own level, so a failure between two cannot leave the connection
+    at the weaker one."""
+    conn.execute(_DURABLE if durable else _WRITTEN)
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
@@ -922,97 +932,140 @@ def _nearest(episodes: list[list[Any]], starts_at: float) -> list[Any] | None:
     return best
 
 
+@dataclass(slots=True)
+class _Judged:
+    """What a delivery changes, judged against the recorded episodes: alerts to insert
+    (``new_alerts``), rows to resolve, keys whose ``last_seen_at`` moves, and the counts."""
+
+    new_alerts: list[Alert] = dataclasses.field(default_factory=list)
+    resolves: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    seen: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    duplicates: int = 0
+    resolved: int = 0
+    new_firing: int = 0
+
+    @property
+    def records_alerts(self) -> bool:
+        """The delivery brings an alert or a resolution the journal does not hold yet."""
+        return bool(self.new_alerts or self.resolves)
+
+
 def _record(conn: sqlite3.Connection, payload: WebhookPayload, received_at: float) -> RecordResult:
-    """One delivery in one transaction, in a few statements whatever its size: its alerts'
-    episodes read in one query, then the new ones inserted, the resolved ones updated and the
-    rest (re-sends, HA duplicates, retries) marked seen, each kind in one call. Alerts are
-    judged in delivery order against what the delivery's earlier alerts did, as if written
-    one by one. A copy moves ``last_seen_at`` only once it is LAST_SEEN_RESOLUTION newer: the
-    re-sends of a group then write nothing but their delivery row."""
-    new = duplicates = resolved = new_firing = 0
-    inserts: list[tuple[Any, ...]] = []
-    resolves: list[tuple[Any, ...]] = []
-    seen: list[tuple[str, float]] = []
+    """One delivery, in a few statements whatever its size: its alerts' episodes read in one
+    query, then the new ones inserted, the resolved ones updated and the rest (re-sends, HA
+    duplicates, retries) marked seen, each kind in one call. Alerts are judged in delivery
+    order against what the delivery's earlier alerts did, as if written one by one. A copy
+    moves ``last_seen_at`` only once it is LAST_SEEN_RESOLUTION newer: the re-sends of a group
+    then write nothing but their delivery row.
+
+    A delivery that brings a new alert or a resolution is judged and written in one
+    transaction, committed with the write-ahead log on disk (fsynced) before this returns. One
+    that brings nothing new (most of them: Alertmanager sends every alert of a group again with
+    each notification, and an HA pair sends each notification twice) has its alerts on disk
+    already: its own row and any ``last_seen_at`` are committed in a second transaction that
+    does not wait for the disk (``synchronous=NORMAL``). That commit survives the process'
+    death (a crash, a SIGKILL) like any other; a power cut or a kernel crash can lose it until
+    the next commit that does wait for the disk, which makes it durable with its own."""
     with _transaction(conn):
-        delivery = conn.execute(
-            "INSERT INTO deliveries (received_at, group_key, receiver, status, alerts, truncated)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                received_at,
-                payload.group_key,
-                payload.receiver,
-                payload.status,
-                len(payload.alerts),
-                payload.truncated_alerts,
-            ),
-        ).lastrowid
-        episodes = _episodes(conn, {alert.fingerprint for alert in payload.alerts})
-        for alert in payload.alerts:
-            known = episodes.setdefault(alert.fingerprint, [])
-            row = _nearest(known, alert.starts_at)
-            if row is None:
-                is_resolved = alert.status == RESOLVED
-                inserts.append(
-                    (
-                        alert.fingerprint,
-                        alert.starts_at,
-                        alert.status,
-                        _json(alert.labels),
-                        _json(alert.annotations),
-                        alert.ends_at,
-                        alert.generator_url,
-                        delivery,
-                        received_at,
-                        received_at,
-                        received_at if is_resolved else None,
-                    )
-                )
-                known.append([alert.starts_at, alert.status, received_at])
-                new += 1
-                resolved += is_resolved
-                new_firing += not is_resolved
-                continue
-            key = (alert.fingerprint, row[0])  # as first recorded
-            if row[1] == FIRING and alert.status == RESOLVED:
-                resolves.append((RESOLVED, received_at, alert.ends_at, received_at, *key))
-                row[1], row[2] = RESOLVED, max(row[2], received_at)
-                resolved += 1
-                continue
-            # A re-send, an HA duplicate, a retry, or a late firing copy of a resolved one.
-            duplicates += 1
-            if received_at - row[2] >= LAST_SEEN_RESOLUTION:
-                seen.append(key)
-                row[2] = received_at
-        conn.executemany(
-            "INSERT INTO alerts (fingerprint, starts_at, status, labels, annotations,"
-            " ends_at, generator_url, first_delivery, received_at, last_seen_at,"
-            " resolved_at, to_decide) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
-            inserts,
+        judged = _judge(
+            payload, _episodes(conn, {a.fingerprint for a in payload.alerts}), received_at
         )
-        conn.executemany(
-            "UPDATE alerts SET status = ?, resolved_at = ?, ends_at = ?, last_seen_at = ?"
-            " WHERE fingerprint = ? AND starts_at = ?",
-            resolves,
-        )
-        for at in range(0, len(seen), _QUERY_CHUNK):
-            chunk = seen[at : at + _QUERY_CHUNK]
-            pairs = ", ".join(["(?, ?)"] * len(chunk))
-            conn.execute(
-                "UPDATE alerts SET last_seen_at = max(last_seen_at, ?)"
-                f" WHERE (fingerprint, starts_at) IN (VALUES {pairs})",
-                (received_at, *(value for key in chunk for value in key)),
-            )
-        conn.execute(
-            "UPDATE deliveries SET new = ?, duplicates = ?, resolved = ? WHERE id = ?",
-            (new, duplicates, resolved, delivery),
-        )
+        if judged.records_alerts:
+            _write_delivery(conn, payload, received_at, judged)
+    if not judged.records_alerts:  # the transaction above wrote nothing, so it flushed nothing
+        with _transaction(conn, durable=False):
+            _write_delivery(conn, payload, received_at, judged)
     return RecordResult(
-        new=new,
-        duplicates=duplicates,
-        resolved=resolved,
+        new=len(judged.new_alerts),
+        duplicates=judged.duplicates,
+        resolved=judged.resolved,
         truncated=payload.truncated_alerts,
-        new_firing=new_firing,
+        new_firing=judged.new_firing,
     )
+
+
+def _judge(
+    payload: WebhookPayload, episodes: dict[str, list[list[Any]]], received_at: float
+) -> _Judged:
+    """What each alert of the delivery changes, in order (``episodes`` is updated as it goes)."""
+    judged = _Judged()
+    for alert in payload.alerts:
+        known = episodes.setdefault(alert.fingerprint, [])
+        row = _nearest(known, alert.starts_at)
+        if row is None:
+            is_resolved = alert.status == RESOLVED
+            judged.new_alerts.append(alert)
+            known.append([alert.starts_at, alert.status, received_at])
+            judged.resolved += is_resolved
+            judged.new_firing += not is_resolved
+            continue
+        key = (alert.fingerprint, row[0])  # as first recorded
+        if row[1] == FIRING and alert.status == RESOLVED:
+            judged.resolves.append((RESOLVED, received_at, alert.ends_at, received_at, *key))
+            row[1], row[2] = RESOLVED, max(row[2], received_at)
+            judged.resolved += 1
+            continue
+        # A re-send, an HA duplicate, a retry, or a late firing copy of a resolved one.
+        judged.duplicates += 1
+        if received_at - row[2] >= LAST_SEEN_RESOLUTION:
+            judged.seen.append(key)
+            row[2] = received_at
+    return judged
+
+
+def _write_delivery(
+    conn: sqlite3.Connection, payload: WebhookPayload, received_at: float, judged: _Judged
+) -> None:
+    """The delivery's row and what it changes, in the caller's transaction."""
+    delivery = conn.execute(
+        "INSERT INTO deliveries (received_at, group_key, receiver, status, alerts, truncated,"
+        " new, duplicates, resolved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            received_at,
+            payload.group_key,
+            payload.receiver,
+            payload.status,
+            len(payload.alerts),
+            payload.truncated_alerts,
+            len(judged.new_alerts),
+            judged.duplicates,
+            judged.resolved,
+        ),
+    ).lastrowid
+    conn.executemany(
+        "INSERT INTO alerts (fingerprint, starts_at, status, labels, annotations,"
+        " ends_at, generator_url, first_delivery, received_at, last_seen_at,"
+        " resolved_at, to_decide) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+        [
+            (
+                alert.fingerprint,
+                alert.starts_at,
+                alert.status,
+                _json(alert.labels),
+                _json(alert.annotations),
+                alert.ends_at,
+                alert.generator_url,
+                delivery,
+                received_at,
+                received_at,
+                received_at if alert.status == RESOLVED else None,
+            )
+            for alert in judged.new_alerts
+        ],
+    )
+    conn.executemany(
+        "UPDATE alerts SET status = ?, resolved_at = ?, ends_at = ?, last_seen_at = ?"
+        " WHERE fingerprint = ? AND starts_at = ?",
+        judged.resolves,
+    )
+    for at in range(0, len(judged.seen), _QUERY_CHUNK):
+        chunk = judged.seen[at : at + _QUERY_CHUNK]
+        pairs = ", ".join(["(?, ?)"] * len(chunk))
+        conn.execute(
+            "UPDATE alerts SET last_seen_at = max(last_seen_at, ?)"
+            f" WHERE (fingerprint, starts_at) IN (VALUES {pairs})",
+            (received_at, *(value for key in chunk for value in key)),
+        )
 
 
 _ALERT_COLUMNS = (

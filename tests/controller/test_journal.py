@@ -395,6 +395,69 @@ async def test_a_locked_journal_fails_the_write_and_keeps_nothing(tmp_path: Path
         await journal.close()
 
 
+def _transactions(statements: list[str]) -> list[tuple[str, str]]:
+    """Each committed transaction's safety level (the PRAGMA before its BEGIN) and its SQL."""
+    found: list[tuple[str, str]] = []
+    level, current = "", None
+    for statement in statements:
+        if statement.startswith("PRAGMA synchronous="):
+            level = statement.removeprefix("PRAGMA synchronous=")
+        elif statement == "BEGIN IMMEDIATE":
+            current = []
+        elif statement == "COMMIT" and current is not None:
+            found.append((level, " ".join(current)))
+            current = None
+        elif current is not None:
+            current.append(statement)
+    return found
+
+
+async def test_only_a_delivery_with_nothing_new_commits_without_waiting_for_the_disk(
+    journal: Journal,
+) -> None:
+    """New alerts, resolutions and decisions commit with the WAL fsynced (FULL); a re-send,
+    whose alerts are on disk already, writes its row without (NORMAL); the next write after it
+    waits for the disk again."""
+    statements: list[str] = []
+    await journal._run(lambda conn: conn.set_trace_callback(statements.append))
+    a, b = alert("aaaa"), alert("bbbb")
+    await journal.record(payload(a), received_at=T0)
+    await journal.record(payload(a), received_at=T0 + 1)  # a re-send
+    await journal.record(payload(a, b), received_at=T0 + 2)  # one of them new
+    await journal.record(payload(a, b), received_at=T0 + LAST_SEEN_RESOLUTION + 3)  # last seen
+    await journal.save_decision(a_decision(a.key))
+    await journal.record(payload(alert("aaaa", status="resolved")), received_at=T0 + 70)
+    await journal._run(lambda conn: conn.set_trace_callback(None))
+
+    def kind(sql: str) -> str:
+        if "INSERT INTO alerts" in sql or "SET status" in sql or "INTO decisions" in sql:
+            return "records"
+        if "SELECT" in sql and "INSERT" not in sql:
+            return "reads"  # a delivery is judged first, under the write lock
+        return "re-send" if "last_seen_at = max" not in sql else "re-send, last seen"
+
+    assert [(level, kind(sql)) for level, sql in _transactions(statements)] == [
+        ("FULL", "records"),
+        ("FULL", "reads"),
+        ("NORMAL", "re-send"),
+        ("FULL", "records"),
+        ("FULL", "reads"),
+        ("NORMAL", "re-send, last seen"),
+        ("FULL", "records"),  # the decision
+        ("FULL", "records"),  # the resolution
+    ]
+    assert [(d.new, d.duplicates, d.resolved) for d in await journal.deliveries()] == [
+        (0, 0, 1),
+        (0, 2, 0),
+        (1, 1, 0),
+        (0, 1, 0),
+        (1, 0, 0),
+    ]
+    record = await journal.alert(a.key)
+    assert record is not None
+    assert record.last_seen_at == T0 + 70
+
+
 WRITER = """
 import asyncio, sys
 from exporter.controller.journal import Journal
@@ -410,32 +473,37 @@ async def main(path: str, start: int) -> None:
         )
         group = WebhookPayload("4", f"g{i}", "firing", "hook", alerts, truncated_alerts=i)
         await journal.record(group, received_at=float(i))
-        print(i, flush=True)
+        print(f"g{i}", flush=True)
+        # the same alerts again (a re-send: nothing new), a commit that does not wait for the disk
+        again = WebhookPayload("4", f"r{i}", "firing", "hook", alerts, truncated_alerts=i)
+        await journal.record(again, received_at=i + 0.5)
+        print(f"r{i}", flush=True)
         i += 1
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
 
 
-async def _write_until_killed(path: Path, start: int, commits: int) -> list[int]:
-    """Run a writer process; SIGKILL it once ``commits`` records returned; the indices whose
-    record() returned (as far as the writer could report before it died)."""
+async def _write_until_killed(path: Path, start: int, commits: int) -> list[str]:
+    """Run a writer process; SIGKILL it once ``commits`` records returned; the group keys whose
+    record() returned (as far as the writer could report before it died): ``g<i>`` brought three
+    new alerts, ``r<i>`` the same three again."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", WRITER, str(path), str(start),
         cwd=REPO, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
-    done: list[int] = []
+    done: list[str] = []
     try:
         while len(done) < commits:
             line = await asyncio.wait_for(proc.stdout.readline(), timeout=20)
             assert line, "the writer exited early"
-            done.append(int(line))
+            done.append(line.decode().strip())
     finally:
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    done += [int(line) for line in (await proc.stdout.read()).split()]
+    done += [line.decode() for line in (await proc.stdout.read()).split()]
     return done
 
 
@@ -443,25 +511,35 @@ async def test_every_returned_record_survives_sigkill_and_none_is_half_written(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "journal.db"
-    returned: list[int] = []
+    returned: list[str] = []
+    ends: set[int] = set()  # the last group of each writer
     start = 0
     for _ in range(3):  # kill, reopen and continue, three times
         returned += await _write_until_killed(path, start, commits=60)
         journal = await Journal.open(str(path))
         try:
             deliveries = await journal.deliveries(limit=100_000)
-            stored = sorted(int(d.group_key[1:]) for d in deliveries)
-            # every record() that returned is there; at most the one in flight is extra
-            assert set(returned) <= set(stored)
-            assert stored == list(range(len(stored)))
+            # every record() that returned is there, re-sends too; at most the one in flight
+            # is extra
+            assert set(returned) <= {d.group_key for d in deliveries}
+            new = sorted(int(d.group_key[1:]) for d in deliveries if d.group_key[0] == "g")
+            again = sorted(int(d.group_key[1:]) for d in deliveries if d.group_key[0] == "r")
+            assert new == list(range(len(new)))
+            # a re-send follows its group; only a kill can come between the two
+            ends.add(len(new) - 1)
+            assert set(again) <= set(new)
+            assert set(new) - set(again) <= ends
             # nothing half-written: each delivery with all three of its alerts, and no others
-            assert all((d.alerts, d.new, d.truncated) == (3, 3, int(d.group_key[1:]))
+            assert all((d.alerts, d.new, d.duplicates, d.truncated)
+                       == ((3, 3, 0) if d.group_key[0] == "g" else (3, 0, 3))
+                       + (int(d.group_key[1:]),)
                        for d in deliveries)  # fmt: skip
             counts = await journal.counts()
-            assert counts.alerts["firing"] == 3 * len(stored)
-            for i in returned:
+            assert counts.alerts["firing"] == 3 * len(new)
+            for key in returned:
+                i = int(key[1:])
                 assert await journal.alert((f"{i:08x}{2:08x}", 1000.0 + i)) is not None
-            start = len(stored)
+            start = len(new)
         finally:
             await journal.close()
     with sqlite3.connect(path) as conn:
