@@ -210,7 +210,7 @@ FAILURE_REASONS: Final = (LOCKED, FULL, IO, READONLY, CORRUPT, TIMEOUT, REPLACED
 LAST_SEEN_RESOLUTION: Final = 60.0
 #: How long a journal call other than a delivery waits for the deliveries before it, at most.
 DELIVERIES_FIRST_SECONDS: Final = 0.05
-#: A commit waits for the disk; a commit waits for the write only (WAL mode: see _transaction).
+#: A transaction's safety level: its commit waits for the disk, or for the write only (WAL mode).
 _DURABLE: Final = "PRAGMA synchronous=FULL"
 _WRITTEN: Final = "PRAGMA synchronous=NORMAL"
 #: Values bound in one statement stay well under SQLite's limit (32766 since 3.32, 999 before).
