@@ -76,11 +76,18 @@ def test_the_same_listing_again_is_observed_as_a_copy_of_it_would_be(
     shortcut for it must see exactly what a fresh copy of the listing shows, as time passes
     the loop window (a short one, so terminations and sandboxes age out)."""
     reasons, polls = timeline
+    listings = [tuple(listing(reasons, *poll)) for poll in polls]
+    observed_alike(listings, gaps)
+
+
+def observed_alike(listings: list[tuple[Container, ...]], gaps: list[float]) -> None:
+    """Each listing observed again after each gap, as the same tuple by one tracker and as a
+    fresh copy by another (a short loop window, so terminations and sandboxes age out): both
+    must tell the same at every step."""
     shortcut = TerminationTracker(loop_window_seconds=300.0)
     copies = TerminationTracker(loop_window_seconds=300.0)
     now = 1012.0  # the attempts finished at 1000 + attempt: in the window at first
-    for current, current_exited, kept in polls:
-        same = tuple(listing(reasons, current, current_exited, kept))
+    for same in listings:
         for gap in gaps:
             now += gap
             shortcut.observe(same, now)
@@ -88,3 +95,41 @@ def test_the_same_listing_again_is_observed_as_a_copy_of_it_would_be(
             assert shortcut.totals() == copies.totals()
             assert shortcut.loops(now) == copies.loops(now)
             assert shortcut.tracked_containers() == copies.tracked_containers()
+
+
+@st.composite
+def node_listings(draw: st.DrawFn) -> list[tuple[Container, ...]]:
+    """Listings of up to four pods over time: pods leave and come back, sandboxes are
+    recreated, containers run, exit (OOM, error, completed) and restart."""
+    listings: list[tuple[Container, ...]] = []
+    attempts = dict.fromkeys(range(4), 0)
+    for _ in range(draw(st.integers(1, 6))):
+        containers: list[Container] = []
+        for pod in sorted(draw(st.sets(st.integers(0, 3)))):
+            uid = f"uid-{pod}"
+            sandbox_id = f"sb-{pod}-{draw(st.integers(0, 1))}"
+            attempts[pod] += draw(st.integers(0, 2))
+            kind = draw(st.sampled_from(("running", "oom", "error", "completed")))
+            kw = {"uid": uid, "sandbox_id": sandbox_id, "pod": f"web-{pod}"}
+            for attempt in range(max(0, attempts[pod] - 2), attempts[pod]):
+                containers.append(oom(attempt=attempt, finished_at=1000.0 + attempt, **kw))
+            last = attempts[pod]
+            if kind == "running":
+                containers.append(running(attempt=last, **kw))
+            elif kind == "oom":
+                containers.append(oom(attempt=last, finished_at=1000.0 + last, **kw))
+            else:
+                code = 1 if kind == "error" else 0
+                containers.append(exited(attempt=last, exit_code=code, finished_at=1000.0, **kw))
+        listings.append(tuple(containers))
+    return listings
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(node_listings(), st.lists(st.floats(0.5, 400.0), min_size=1, max_size=5))
+def test_the_same_listing_again_is_observed_as_a_copy_of_it_would_be_on_a_node(
+    listings: list[tuple[Container, ...]], gaps: list[float]
+) -> None:
+    """As above, for several pods whose sandboxes come and go: what only time changes (pods no
+    longer listed forgotten, terminations and sandboxes leaving the window) is the same."""
+    observed_alike(listings, gaps)
