@@ -1,13 +1,18 @@
 """One consistent read of the runtime per sync cycle, at about the cost of the list calls.
 
 The list calls run concurrently. ContainerStatus (the only source of exit code and reason) is
-asked only for exited containers not seen before: an exited container never changes, so its
-status is cached by id until the container disappears. A steady node costs no conversion:
+asked only for exited containers not seen before: an exited container's record is final, so it
+is cached by id until the container disappears. One exception: a status saying exit code 137
+without OOMKilled may be read before containerd handled the container's OOM event
+(:func:`exporter.model.runtime.oom_reason_may_follow`). Such a status is asked again on every
+read for up to :data:`OOM_REASON_GRACE_SECONDS`, and until it is final the container is listed
+with ``settled=False`` (as is one whose status could not be read yet), so that terminations are
+not counted with a reason that is about to change. A steady node costs no conversion:
 unchanged sandboxes and containers are the objects of the previous read (exporter.cri.client),
 and when none changed, the snapshot's ``sandboxes`` and ``containers`` are the previous
 snapshot's tuples themselves, so that its consumers can tell "unchanged" by identity. Such a
 read does nothing but the calls: no status lookups, no join (unless an exited container's status
-could not be read yet: that is asked again on every read until it is known).
+could not be read yet, or is not final yet: that is asked again on every read until it is).
 
 The containers' resource usage (ListContainerStats, ~100x the cost of the state calls at 110
 pods) is a read of its own, :meth:`RuntimeReader.read_stats`, which the agent makes on its own
@@ -19,8 +24,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Iterable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final, TypeVar
 
 from exporter.cri.client import CRIClient
 from exporter.cri.errors import CRIError
@@ -31,20 +36,29 @@ from exporter.model.runtime import (
     RuntimeSnapshot,
     RuntimeStats,
     RuntimeVersion,
+    oom_reason_may_follow,
 )
 
 T = TypeVar("T")
 
 _STATUS_CONCURRENCY = 8
 
+#: How long an exited container's record may wait for the runtime to make it final: a status
+#: still to be read, or an exit 137 whose OOMKilled may follow. containerd handles an OOM event
+#: milliseconds after the exit; a SIGKILL from anyone else only has its count delayed by this.
+OOM_REASON_GRACE_SECONDS: Final = 10.0
+
 
 class RuntimeReader:
     """Reads a :class:`RuntimeSnapshot`; keep one per runtime so its caches work."""
 
-    def __init__(self, client: CRIClient) -> None:
+    def __init__(self, client: CRIClient, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
+        self._clock = clock
         self._version: RuntimeVersion | None = None  # kept from the first successful call
-        self._exited: dict[str, Container] = {}
+        self._exited: dict[str, Container] = {}  # final records of exited containers
+        # Exited containers whose record is not final yet -> when this reader first saw them.
+        self._unsettled_since: dict[str, float] = {}
         # Container id -> (the container as listed or resolved, its sandbox, the two joined).
         self._joined: dict[str, tuple[Container, PodSandbox | None, Container]] = {}
         self._sandboxes: tuple[PodSandbox, ...] = ()
@@ -130,13 +144,15 @@ class RuntimeReader:
         return RuntimeStats(taken_at, await self._client.list_container_stats())
 
     async def _resolve_exited(self, containers: Iterable[Container]) -> list[Container]:
-        """Replace exited containers by their (cached) ContainerStatus; prune the cache."""
+        """Replace exited containers by their (cached) ContainerStatus; prune the caches."""
         listed = list(containers)
         current = {c.id for c in listed}
-        for gone in set(self._exited) - current:
-            del self._exited[gone]
+        for cache in (self._exited, self._unsettled_since):
+            for gone in set(cache) - current:
+                del cache[gone]
 
         todo = [c for c in listed if c.state is ContainerState.EXITED and c.id not in self._exited]
+        shown: dict[str, Container] = {}
         if todo:
             limit = asyncio.Semaphore(_STATUS_CONCURRENCY)
 
@@ -149,16 +165,32 @@ class RuntimeReader:
                     except CRIError:
                         # Removed meanwhile, or the runtime hiccuped: retry next cycle.
                         return None
-                return status
+                return status if status.state is ContainerState.EXITED else None
 
-            for found in await asyncio.gather(*(fetch(c) for c in todo)):
-                if found is not None and found.state is ContainerState.EXITED:
-                    self._exited[found.id] = found
+            now = self._clock()
+            found = await asyncio.gather(*(fetch(c) for c in todo))
+            for listed_container, status in zip(todo, found, strict=True):
+                shown[listed_container.id] = self._settle(listed_container, status, now)
 
         self._settled = all(c.id in self._exited for c in todo)
         return [
-            self._exited.get(c.id, c) if c.state is ContainerState.EXITED else c for c in listed
+            self._exited.get(c.id) or shown.get(c.id, c) if c.state is ContainerState.EXITED else c
+            for c in listed
         ]
+
+    def _settle(self, listed: Container, status: Container | None, now: float) -> Container:
+        """What to show for an exited container not cached yet; caches its final record."""
+        if status is not None and not oom_reason_may_follow(status):
+            self._unsettled_since.pop(listed.id, None)
+            self._exited[listed.id] = status
+            return status
+        waited = now - self._unsettled_since.setdefault(listed.id, now)
+        if waited < OOM_REASON_GRACE_SECONDS:
+            return dataclasses.replace(status or listed, settled=False)
+        if status is not None:  # the reason did not change in time: final as it is
+            self._exited[listed.id] = status
+            return status
+        return listed  # still unreadable: shown as listed, asked again next read
 
 
 async def _done(value: T) -> T:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 # Labels containerd's CRI plugin receives from kubelet on every sandbox and container.
 LABEL_POD_NAME = "io.kubernetes.pod.name"
@@ -47,9 +48,11 @@ class Container:
     """One container as the runtime lists it.
 
     ``exit_code``, ``reason``, ``started_at`` and ``finished_at`` come from ContainerStatus and
-    are only filled for containers that have exited (they never change after that).
-    Pod identity comes from the sandbox's metadata (joined by ``pod_sandbox_id``) or, failing
-    that, from kubelet's ``io.kubernetes.pod.*`` labels.
+    are only filled for containers that have exited. ``settled`` is false while an exited
+    container's record may still change: its status could not be read yet, or it says a
+    SIGKILL without OOMKilled and the runtime's OOM event may still be on its way (see
+    :func:`oom_reason_may_follow`). Pod identity comes from the sandbox's metadata (joined by
+    ``pod_sandbox_id``) or, failing that, from kubelet's ``io.kubernetes.pod.*`` labels.
     """
 
     id: str
@@ -68,6 +71,24 @@ class Container:
     reason: str = ""
     message: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    settled: bool = True
+
+
+#: The reason containerd gives a container the kernel's OOM killer ended.
+OOM_KILLED: Final = "OOMKilled"
+
+#: What a process killed by SIGKILL exits with (128 + 9), the OOM killer's signal.
+_SIGKILL_EXIT_CODE: Final = 137
+
+
+def oom_reason_may_follow(container: Container) -> bool:
+    """Whether an exited container's reason may still turn into OOMKilled.
+
+    containerd handles a task's exit and its OOM event separately, in the order they reach it.
+    When the exit comes first, ContainerStatus says exit code 137 and reason ``Error`` until
+    the OOM event sets ``OOMKilled``. A SIGKILL from anyone else looks the same, for good.
+    """
+    return container.exit_code == _SIGKILL_EXIT_CODE and container.reason != OOM_KILLED
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ The runtime lists each container attempt kubelet created (``attempt`` is kubelet
 for that container in that sandbox). Between two polls a container may restart, and kubelet's
 garbage collection may remove old exited attempts, so terminations are counted by attempt number:
 every attempt below the highest one seen has terminated, with the reason of its exited record if
-the agent saw it, else with reason ``unknown``.
+the agent saw it, else with reason ``unknown``. An exited record that is not ``settled`` yet (its
+reason may still become OOMKilled) is counted once it is.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from exporter.model.runtime import (
     LABEL_POD_NAME,
     LABEL_POD_NAMESPACE,
     LABEL_POD_UID,
+    OOM_KILLED,
     Container,
     ContainerState,
 )
 
-REASON_OOM_KILLED: Final = "OOMKilled"
+REASON_OOM_KILLED: Final = OOM_KILLED
 REASON_ERROR: Final = "Error"
 REASON_COMPLETED: Final = "Completed"
 REASON_OTHER: Final = "other"
@@ -209,6 +211,11 @@ class TerminationTracker:
         exited = {c.attempt: c for c in attempts if c.state is ContainerState.EXITED}
         highest = max(c.attempt for c in attempts)
         done_through = highest if highest in exited else highest - 1
+        unsettled = [attempt for attempt, c in exited.items() if not c.settled]
+        if unsettled:
+            # Its record may still change (OOMKilled on its way): counted once it is final,
+            # and so is every later attempt, to keep "all attempts <= done_through counted".
+            done_through = min(done_through, min(unsettled) - 1)
         for attempt in range(progress.done_through + 1, done_through + 1):
             record = exited.get(attempt)
             if record is None:

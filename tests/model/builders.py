@@ -85,6 +85,7 @@ def container(
     exit_code: int | None = None,
     reason: str = "",
     finished_at: float | None = None,
+    settled: bool = True,
 ) -> Container:
     return Container(
         id=f"c-{uid}-{sandbox_id or 0}-{name}-{attempt}",
@@ -99,4 +100,5 @@ def container(
         exit_code=exit_code,
         reason=reason,
         finished_at=finished_at,
+        settled=settled,
     )

@@ -14,6 +14,12 @@ from exporter.model.terminations import (
 )
 from tests.model.builders import created, exited, oom, running
 
+
+def unsettled_kill(attempt: int, finished_at: float) -> Container:
+    """Exit 137 read before the runtime's OOM event, as the agent's reader shows it."""
+    return exited(attempt=attempt, exit_code=137, finished_at=finished_at, settled=False)
+
+
 Step = tuple[float, Sequence[Container]]
 Loop = tuple[
     str, str, LoopKind, int, float
@@ -221,6 +227,47 @@ SEQUENCES: list[tuple[str, list[Step], dict[str, int], list[Loop]]] = [
         ],
         {"OOMKilled": 2},
         [("web", "app", "oom_loop", 2, 110.0)],
+    ),
+    (
+        # containerd handled the exit before the OOM event: the status says Error at first.
+        # Unsettled, the kill is not counted, even with a later attempt running; once the
+        # reason is final it is counted as what it was, and the loop shows.
+        "an-unsettled-kill-waits-for-its-reason",
+        [
+            (100.0, [oom(attempt=0, finished_at=95.0), running(attempt=1)]),
+            (105.0, [unsettled_kill(attempt=1, finished_at=104.0), running(attempt=2)]),
+            (106.0, [oom(attempt=1, finished_at=104.0), running(attempt=2)]),
+        ],
+        {"OOMKilled": 2},
+        [("web", "app", "oom_loop", 2, 104.0)],
+    ),
+    (
+        # Unsettled: nothing counted yet, neither it nor the attempts after it.
+        "nothing-after-an-unsettled-kill-is-counted-yet",
+        [
+            (
+                100.0,
+                [
+                    exited(attempt=0, exit_code=1, finished_at=90.0),
+                    unsettled_kill(attempt=1, finished_at=95.0),
+                    exited(attempt=2, exit_code=1, finished_at=99.0),
+                    running(attempt=3),
+                ],
+            )
+        ],
+        {"Error": 1},
+        [],
+    ),
+    (
+        # A SIGKILL from someone else: after the grace the record is final as it is, Error.
+        "a-kill-that-stays-error-is-counted-as-error",
+        [
+            (100.0, [unsettled_kill(attempt=0, finished_at=95.0)]),
+            (110.0, [exited(attempt=0, exit_code=137, finished_at=95.0)]),
+            (111.0, [exited(attempt=0, exit_code=137, finished_at=95.0)]),
+        ],
+        {"Error": 1},
+        [],
     ),
     (
         "loop-ends-with-the-pod-counts-stay",
