@@ -187,9 +187,16 @@ async def restart_container(endpoint: str, pod: Pod, name: str) -> str:
 
 
 async def wait_for_state(
-    endpoint: str, container_id: str, state: ContainerState, wait_seconds: float = 30.0
+    endpoint: str,
+    container_id: str,
+    state: ContainerState,
+    wait_seconds: float = 30.0,
+    *,
+    reason: str | None = None,
 ) -> None:
-    """Poll ContainerStatus until the container is in ``state``; TimeoutError otherwise."""
+    """Poll ContainerStatus until the container is in ``state`` (and, if given, says
+    ``reason``: containerd may report an exit before the OOM event that makes it OOMKilled);
+    TimeoutError otherwise."""
     wanted = _STATES[state]
     deadline = time.monotonic() + wait_seconds
     async with grpc.aio.insecure_channel(endpoint) as channel:
@@ -200,12 +207,13 @@ async def wait_for_state(
                 api_pb2.ContainerStatusRequest(container_id=container_id), timeout=5.0
             )
             last = reply.status.state
-            if last == wanted:
+            if last == wanted and reason in (None, reply.status.reason):
                 return
             if time.monotonic() >= deadline:
                 raise TimeoutError(
-                    f"container {container_id} is {api_pb2.ContainerState.Name(last)}, "
-                    f"not {state.name} after {wait_seconds} s"
+                    f"container {container_id} is {api_pb2.ContainerState.Name(last)} "
+                    f"({reply.status.reason or 'no reason'}), not {state.name} "
+                    f"{f'({reason}) ' if reason else ''}after {wait_seconds} s"
                 )
             await asyncio.sleep(0.05)
 
@@ -282,7 +290,14 @@ async def run_mixed_pod(
         ),
         *(
             wait_for_state(endpoint, pod.container_ids[n], ContainerState.EXITED, wait_seconds)
-            for n in (MixedPod.COMPLETED, MixedPod.ERROR, MixedPod.OOM)
+            for n in (MixedPod.COMPLETED, MixedPod.ERROR)
+        ),
+        wait_for_state(
+            endpoint,
+            pod.container_ids[MixedPod.OOM],
+            ContainerState.EXITED,
+            wait_seconds,
+            reason="OOMKilled",
         ),
     )
     return pod
