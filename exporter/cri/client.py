@@ -3,26 +3,24 @@
 Every call carries a deadline: a frozen runtime otherwise hangs a call forever. Failures are
 translated into :mod:`exporter.cri.errors`; results are exporter.model dataclasses.
 
-The lists (ListPodSandbox, ListContainers) come back sorted by id, and a sandbox or container
-listed again in the same state is the very object of the previous list: CRI changes nothing
-of a listed object but its state (labels, annotations, metadata, image and times are fixed at
-creation), so converting 220 messages again on every sync cycle would cost more than the
-calls themselves (~3.5 ms against ~3 ms at 110 pods). When no item changed, the list is the
-previous list's tuple itself.
+The lists (ListPodSandbox, ListContainers) come back sorted by id and cost what changed: an item
+listed again in the same state is the very object of the previous list, and a list in which
+nothing changed is the previous list's tuple itself (:mod:`exporter.cri.listing`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import grpc
 import grpc.aio
 
 from exporter.cri import convert
 from exporter.cri.errors import CRIError, NotFound, error_for
+from exporter.cri.listing import LIST_CONTAINERS, LIST_POD_SANDBOX, ListCall, Listing
 from exporter.cri.pb import api_pb2, api_pb2_grpc
 from exporter.model.runtime import (
     Container,
@@ -32,8 +30,6 @@ from exporter.model.runtime import (
     RuntimeCondition,
     RuntimeVersion,
 )
-
-T = TypeVar("T")
 
 CRI_API_VERSION = "v1"
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # as kubelet
@@ -71,9 +67,10 @@ class CRIClient:
         self._channel: grpc.aio.Channel | None = None
         self._runtime_stub: Any = None
         self._image_stub: Any = None
+        self._list_methods: dict[str, Any] = {}  # method path -> its call, replying bytes
         # The last lists' objects by (id, state): what an unchanged item converts to.
-        self._sandboxes: _Listing[PodSandbox] = _Listing()
-        self._containers: _Listing[Container] = _Listing()
+        self._sandboxes: Listing[PodSandbox] = Listing()
+        self._containers: Listing[Container] = Listing()
 
     @property
     def endpoint(self) -> str:
@@ -88,7 +85,19 @@ class CRIClient:
             self._channel = grpc.aio.insecure_channel(self._endpoint, options=_CHANNEL_OPTIONS)
             self._runtime_stub = api_pb2_grpc.RuntimeServiceStub(self._channel)
             self._image_stub = api_pb2_grpc.ImageServiceStub(self._channel)
+            self._list_methods = {
+                call.method: self._channel.unary_unary(
+                    call.method,
+                    request_serializer=type(call.request()).SerializeToString,
+                    response_deserializer=None,  # bytes: exporter.cri.listing parses them
+                )
+                for call in (LIST_POD_SANDBOX, LIST_CONTAINERS)
+            }
         return self._channel
+
+    def _list(self, call: ListCall) -> Any:
+        self._connect()
+        return self._list_methods[call.method]
 
     @property
     def _runtime(self) -> Any:
@@ -148,10 +157,9 @@ class CRIClient:
         return convert.conditions(reply)
 
     async def list_pod_sandboxes(self) -> tuple[PodSandbox, ...]:
-        reply = await self._call(
-            "list_podsandbox", self._runtime.ListPodSandbox, api_pb2.ListPodSandboxRequest()
-        )
-        self._sandboxes = _converted(reply.items, self._sandboxes, convert.pod_sandbox)
+        call = LIST_POD_SANDBOX
+        reply = await self._call("list_podsandbox", self._list(call), call.request())
+        self._sandboxes = self._sandboxes.update(call, reply, convert.pod_sandbox)
         return self._sandboxes.listed
 
     async def pod_sandbox_status(self, pod_sandbox_id: str) -> PodSandbox:
@@ -163,10 +171,9 @@ class CRIClient:
         return convert.pod_sandbox(reply.status)
 
     async def list_containers(self) -> tuple[Container, ...]:
-        reply = await self._call(
-            "list_containers", self._runtime.ListContainers, api_pb2.ListContainersRequest()
-        )
-        self._containers = _converted(reply.containers, self._containers, convert.container)
+        call = LIST_CONTAINERS
+        reply = await self._call("list_containers", self._list(call), call.request())
+        self._containers = self._containers.update(call, reply, convert.container)
         return self._containers.listed
 
     async def container_status(self, container_id: str, pod_sandbox_id: str = "") -> Container:
@@ -251,32 +258,3 @@ class CRIClient:
 
 
 __all__ = ["CRIClient", "CRIError", "RequestObserver"]
-
-
-class _Listing(Generic[T]):
-    """The objects of the last list, by (id, state), and that list sorted by id."""
-
-    __slots__ = ("by_key", "listed")
-
-    def __init__(
-        self, by_key: dict[tuple[str, int], T] | None = None, listed: tuple[T, ...] = ()
-    ) -> None:
-        self.by_key: dict[tuple[str, int], T] = by_key or {}
-        self.listed = listed
-
-
-def _converted(
-    items: Sequence[Any], previous: _Listing[T], make: Callable[[Any], T]
-) -> _Listing[T]:
-    """The listed messages as objects sorted by id, reusing those of ``previous`` whose id and
-    state are unchanged (the memo holds only what this list holds). When every message is
-    unchanged, ``previous`` itself: its tuple, not a copy, so that callers can tell by identity.
-    """
-    keys = [(item.id, item.state) for item in items]
-    known = previous.by_key
-    if len(keys) == len(known) and all(key in known for key in keys):  # ids are unique
-        return previous
-    memo: dict[tuple[str, int], T] = {}
-    for item, key in zip(items, keys, strict=True):
-        memo[key] = known.get(key) or make(item)
-    return _Listing(memo, tuple(memo[key] for key in sorted(memo)))
