@@ -252,9 +252,12 @@ def mixed_pod_specs() -> list[ContainerSpec]:
         ContainerSpec(MixedPod.COMPLETED, ["/bin/true"]),
         ContainerSpec(MixedPod.ERROR, ["/bin/sh", "-c", "exit 1"]),
         # tail keeps everything after the last newline; /dev/zero has none, so it holds 200 MB.
+        # It starts after a pause: containerd's shim watches a container's cgroup for OOM kills
+        # only once runc's start returned, and under cgroup v1 a kill before that is never
+        # reported (the container ends 137, Error, as it would on a node).
         ContainerSpec(
             MixedPod.OOM,
-            ["/bin/sh", "-c", "head -c 200m /dev/zero | tail"],
+            ["/bin/sh", "-c", "sleep 0.5; head -c 200m /dev/zero | tail"],
             memory_limit_bytes=OOM_LIMIT_BYTES,
         ),
     ]
