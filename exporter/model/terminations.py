@@ -118,9 +118,19 @@ class TerminationTracker:
         self._totals: dict[str, int] = dict.fromkeys(REASONS, 0)
         self._histories: dict[tuple[str, str], _History] = {}
         self._present_pods: set[str] = set()
-        # The last listing observed (a tuple) and what it was grouped into.
+        # The last listing observed (a tuple) and what it was grouped into. While the same
+        # tuple comes again, its sandboxes are seen at ``_listing_seen`` (written into their
+        # progress when the listing changes), and only what time can change is visited: the
+        # histories with terminations or more than one sandbox (``_watched``), those of pods
+        # no longer listed (``_absent``), and for the loops those with terminations
+        # (``_with_recent``). A listing brings the only new terminations, so these stay
+        # supersets of what they name until the next one.
         self._listing: tuple[Container, ...] | None = None
         self._listed: list[tuple[_History, _Progress]] = []
+        self._listing_seen = 0.0
+        self._watched: list[tuple[_History, _Progress]] = []
+        self._absent: list[tuple[str, str]] = []
+        self._with_recent: list[tuple[str, str]] = []
 
     def observe(self, containers: Sequence[Container], now: float) -> None:
         """Count the terminations visible in one full listing of the runtime's containers.
@@ -129,12 +139,16 @@ class TerminationTracker:
         hands it back) holds no new attempt: only the time moves on, what ages out of the
         window is pruned, and nothing is grouped or counted again."""
         if isinstance(containers, tuple) and containers is self._listing:
-            for history, progress in self._listed:
+            self._listing_seen = now
+            for history, progress in self._watched:
                 progress.last_seen = now
-                if history.recent or len(history.progress) > 1:
-                    self._prune(history, now)
-            self._forget(present_pods=self._present_pods, now=now)
+                self._prune(history, now)
+            if self._absent:
+                self._forget(self._present_pods, now, self._absent)
+                self._absent = [k for k in self._absent if k in self._histories]
             return
+        for _, progress in self._listed:  # seen until now, as the listing came again
+            progress.last_seen = max(progress.last_seen, self._listing_seen)
         groups: dict[tuple[str, str, str], list[Container]] = {}
         for c in containers:
             groups.setdefault((_pod_uid(c), _name(c), c.pod_sandbox_id), []).append(c)
@@ -146,9 +160,15 @@ class TerminationTracker:
             self._count(history, progress, attempts, now)
             listed.append((history, progress))
         self._present_pods = {uid for uid, _, _ in groups}
-        self._forget(present_pods=self._present_pods, now=now)
+        self._forget(self._present_pods, now, list(self._histories))
         self._listing = containers if isinstance(containers, tuple) else None
         self._listed = listed
+        self._listing_seen = now
+        self._watched = [(h, p) for h, p in listed if h.recent or len(h.progress) > 1]
+        self._absent = [k for k in self._histories if k[0] not in self._present_pods]
+        self._with_recent = [
+            k for k, h in self._histories.items() if h.recent and k[0] in self._present_pods
+        ]
 
     def totals(self) -> Mapping[str, int]:
         """Terminations counted since the tracker was created, per reason (all reasons present)."""
@@ -161,8 +181,9 @@ class TerminationTracker:
         over, even though its terminations stay in the window for the counts."""
         result: list[LoopState] = []
         since = now - self.loop_window_seconds
-        for (uid, _), history in self._histories.items():
-            if uid not in self._present_pods or not history.recent:
+        for key in self._with_recent:
+            history = self._histories[key]
+            if not history.recent:
                 continue
             window = [t for t in history.recent if since < t.at <= now]
             checks: tuple[tuple[LoopKind, list[float], int], ...] = (
@@ -242,11 +263,13 @@ class TerminationTracker:
         for sandbox_id in [s for s, p in history.progress.items() if p.last_seen <= since]:
             del history.progress[sandbox_id]
 
-    def _forget(self, present_pods: set[str], now: float) -> None:
+    def _forget(self, present_pods: set[str], now: float, keys: Iterable[tuple[str, str]]) -> None:
+        """Forget, of the histories ``keys`` names, those of pods not listed whose terminations
+        all left the window."""
         since = now - self.loop_window_seconds
         for key in [
             k
-            for k, h in self._histories.items()
-            if k[0] not in present_pods and all(t.at <= since for t in h.recent)
+            for k in keys
+            if k[0] not in present_pods and all(t.at <= since for t in self._histories[k].recent)
         ]:
             del self._histories[key]
