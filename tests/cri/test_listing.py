@@ -11,7 +11,7 @@ import pytest
 
 from exporter.cri import convert
 from exporter.cri.listing import LIST_CONTAINERS, LIST_POD_SANDBOX, ListCall, Listing
-from exporter.cri.pb import api_pb2
+from exporter.cri.pb import api_pb2, keys_pb2
 from exporter.model.runtime import Container, ContainerState
 
 RUNNING, EXITED = api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_EXITED
@@ -154,3 +154,26 @@ def test_an_empty_list_after_items_is_empty() -> None:
     empty = first.update(LIST_CONTAINERS, _containers_reply(), convert.container)
     assert empty.listed == ()
     assert empty.update(LIST_CONTAINERS, _containers_reply(), convert.container) is empty
+
+
+@pytest.mark.parametrize(
+    ("keys", "reply", "items_field"),
+    [
+        pytest.param(
+            keys_pb2.ListPodSandboxKeys, api_pb2.ListPodSandboxResponse, "items", id="sandboxes"
+        ),
+        pytest.param(
+            keys_pb2.ListContainersKeys,
+            api_pb2.ListContainersResponse,
+            "containers",
+            id="containers",
+        ),
+    ],
+)
+def test_key_messages_use_the_cri_field_numbers(keys: Any, reply: Any, items_field: str) -> None:
+    items = reply.DESCRIPTOR.fields_by_name[items_field]
+    assert keys.DESCRIPTOR.fields_by_name["items"].number == items.number
+    key = keys.DESCRIPTOR.fields_by_name["items"].message_type.fields_by_name
+    item = items.message_type.fields_by_name
+    for name in ("id", "state"):
+        assert key[name].number == item[name].number, name

@@ -9,7 +9,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "exporter" / "cri" / "pb"
-GENERATED_FILES = ("__init__.py", "api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
+GENERATED_FILES = (
+    "__init__.py",
+    "api_pb2.py",
+    "api_pb2.pyi",
+    "api_pb2_grpc.py",
+    "keys_pb2.py",
+    "keys_pb2.pyi",
+)
 
 
 def test_committed_stubs_match_a_fresh_generation(tmp_path: Path) -> None:
