@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from exporter.cri.client import CRIClient
@@ -163,3 +164,10 @@ async def test_a_kill_that_ended_otherwise_is_final_at_once() -> None:
     assert container.settled
     await reader.read()
     assert client.status_calls == 1
+
+
+def test_the_metrics_doc_states_the_grace() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    seconds = f"{OOM_REASON_GRACE_SECONDS:g} s"
+    assert f"for up to {seconds}" in doc
+    assert f"the {seconds} are over" in doc
