@@ -68,7 +68,7 @@ from exporter.settings.declare import log_fields
 log = logging.getLogger(__name__)
 
 REFUSAL_REASONS = tuple(dict.fromkeys((*planner.REASONS, *guards.REASONS)))
-#: Why a NodeRollback waits, failed or was cancelled, as the metrics say it: the steps' reasons
+#: Why a NodeRollback waits, failed or was cancelled, as the metrics say it: the steps' reasons,
 #: the guards' that stop a rollback, and ``queued`` (fenced, waiting for a slot); anything else
 #: (a status written by hand) is ``other``.
 ROLLBACK_REASONS = (
