@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError
 
 from exporter.cri import convert
 from exporter.cri.errors import CRIError, NotFound, error_for
@@ -30,6 +31,8 @@ from exporter.model.runtime import (
     RuntimeCondition,
     RuntimeVersion,
 )
+
+T = TypeVar("T")
 
 CRI_API_VERSION = "v1"
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # as kubelet
@@ -127,16 +130,23 @@ class CRIClient:
         method: Callable[..., Any],
         request: Any,
         call_timeout: float | None = None,
+        decode: Callable[[Any], T] | None = None,
     ) -> Any:
+        """The call's reply, through ``decode`` if given (a reply taken as bytes: one that does
+        not decode is INTERNAL, as gRPC's own deserializer says it)."""
         started = time.monotonic()
         code = "OK"
         try:
-            return await method(
+            reply = await method(
                 request, timeout=self._timeout if call_timeout is None else call_timeout
             )
+            return reply if decode is None else decode(reply)
         except grpc.aio.AioRpcError as err:
             code = err.code().name
             raise error_for(operation_type, code, err.details() or "") from err
+        except DecodeError as err:
+            code = "INTERNAL"
+            raise error_for(operation_type, code, f"the reply does not decode: {err}") from err
         except asyncio.CancelledError:
             code = "CANCELLED"
             raise
@@ -157,9 +167,13 @@ class CRIClient:
         return convert.conditions(reply)
 
     async def list_pod_sandboxes(self) -> tuple[PodSandbox, ...]:
-        call = LIST_POD_SANDBOX
-        reply = await self._call("list_podsandbox", self._list(call), call.request())
-        self._sandboxes = self._sandboxes.update(call, reply, convert.pod_sandbox)
+        call, sandboxes = LIST_POD_SANDBOX, self._sandboxes
+        self._sandboxes = await self._call(
+            "list_podsandbox",
+            self._list(call),
+            call.request(),
+            decode=lambda reply: sandboxes.update(call, reply, convert.pod_sandbox),
+        )
         return self._sandboxes.listed
 
     async def pod_sandbox_status(self, pod_sandbox_id: str) -> PodSandbox:
@@ -171,9 +185,13 @@ class CRIClient:
         return convert.pod_sandbox(reply.status)
 
     async def list_containers(self) -> tuple[Container, ...]:
-        call = LIST_CONTAINERS
-        reply = await self._call("list_containers", self._list(call), call.request())
-        self._containers = self._containers.update(call, reply, convert.container)
+        call, containers = LIST_CONTAINERS, self._containers
+        self._containers = await self._call(
+            "list_containers",
+            self._list(call),
+            call.request(),
+            decode=lambda reply: containers.update(call, reply, convert.container),
+        )
         return self._containers.listed
 
     async def container_status(self, container_id: str, pod_sandbox_id: str = "") -> Container:

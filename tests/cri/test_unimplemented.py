@@ -204,3 +204,51 @@ def test_client_can_be_built_before_the_event_loop_runs(short_dir: str) -> None:
 
     with pytest.raises(RuntimeUnavailable):
         asyncio.run(call())
+
+
+async def _garbage(request: bytes, context: Any) -> bytes:
+    return b"\x0a\x05\xff"  # field 1, five bytes long, one sent
+
+
+@pytest.fixture
+async def garbling_runtime(short_dir: str) -> AsyncIterator[str]:
+    """A runtime whose list replies do not decode."""
+    server = grpc.aio.server()
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            _garbage, request_deserializer=None, response_serializer=None
+        )
+        for name in ("ListPodSandbox", "ListContainers")
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("runtime.v1.RuntimeService", handlers),)
+    )
+    endpoint = f"unix://{short_dir}/garbling.sock"
+    server.add_insecure_port(endpoint)
+    await server.start()
+    try:
+        yield endpoint
+    finally:
+        await server.stop(None)
+
+
+@pytest.mark.parametrize(
+    ("operation_type", "list_call"),
+    [
+        pytest.param("list_podsandbox", CRIClient.list_pod_sandboxes, id="sandboxes"),
+        pytest.param("list_containers", CRIClient.list_containers, id="containers"),
+    ],
+)
+async def test_a_list_reply_that_does_not_decode_is_an_internal_error(
+    garbling_runtime: str, operation_type: str, list_call: Any
+) -> None:
+    observer = RecordingObserver()
+    cri = CRIClient(garbling_runtime, timeout=2.0, observer=observer)
+    try:
+        with pytest.raises(CRIError) as caught:
+            await list_call(cri)
+    finally:
+        await cri.close()
+    assert (caught.value.operation_type, caught.value.code) == (operation_type, "INTERNAL")
+    assert "does not decode" in str(caught.value)
+    assert observer.codes(operation_type) == ["INTERNAL"]
