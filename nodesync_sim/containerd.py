@@ -11,6 +11,8 @@ containerd itself, leftover shims and container processes, mounts, cgroups, dire
 the shim sockets containerd always puts under /run/containerd/s (that shared directory stays).
 
 Needs root, and the binaries containerd, containerd-shim-runc-v2, runc, ctr and a static busybox.
+A ``bin_dir`` (e.g. a newer release unpacked by scripts/setup-containerd) puts its containerd,
+shim and ctr first on the PATH of containerd and ctr; runc is always the machine's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -59,12 +62,28 @@ class ContainerdError(RuntimeError):
     """The local containerd could not be started or prepared."""
 
 
-def missing_binaries() -> list[str]:
+def search_path(bin_dir: str | None = None) -> str:
+    """The PATH containerd and ctr run with: ``bin_dir`` (when given) before the process's."""
+    inherited = os.environ.get("PATH", os.defpath)
+    return inherited if bin_dir is None else f"{bin_dir}{os.pathsep}{inherited}"
+
+
+def missing_binaries(bin_dir: str | None = None) -> list[str]:
     """Names of the binaries a LocalContainerd needs that are not installed."""
-    missing = [name for name in REQUIRED_BINARIES if shutil.which(name) is None]
+    path = search_path(bin_dir)
+    missing = [name for name in REQUIRED_BINARIES if shutil.which(name, path=path) is None]
     if not Path(BUSYBOX_PATH).is_file():
         missing.append(BUSYBOX_PATH)
     return missing
+
+
+def release_of(version_output: str) -> str:
+    """``1.7.24`` from ``containerd --version`` output such as
+    ``containerd github.com/containerd/containerd 1.7.24~ds1 1.7.24~ds1-6+deb13u1``."""
+    words = version_output.split()
+    if len(words) < 3:
+        raise ContainerdError(f"cannot read a version from {version_output!r}")
+    return re.split(r"[~+-]", words[2].removeprefix("v"), maxsplit=1)[0]
 
 
 def cgroup_root_for(endpoint: str) -> str:
@@ -305,9 +324,13 @@ class LocalContainerd:
     so state a previous run left behind never interferes.
     """
 
-    def __init__(self, image_ref: str = IMAGE_REF, base_dir: str = "/tmp") -> None:
+    def __init__(
+        self, image_ref: str = IMAGE_REF, base_dir: str = "/tmp", bin_dir: str | None = None
+    ) -> None:
         self._image_ref = image_ref
         self._base_parent = base_dir
+        self._bin_dir = bin_dir
+        self._env = {**os.environ, "PATH": search_path(bin_dir)}
         self._dir: Path | None = None
         self._last_dir: Path | None = None
         self._proc: ChildProcess | None = None
@@ -356,6 +379,25 @@ class LocalContainerd:
         return self._image_ref
 
     @property
+    def bin_dir(self) -> str | None:
+        """Where containerd, its shim and ctr come from; None: the machine's PATH."""
+        return self._bin_dir
+
+    def _binary(self, name: str) -> str:
+        found = shutil.which(name, path=self._env["PATH"])
+        if found is None:
+            raise ContainerdError(f"{name} not found on {self._env['PATH']}")
+        return found
+
+    def version(self) -> str:
+        """The release of this instance's containerd binary, e.g. ``1.7.24`` (from --version)."""
+        out = subprocess.run(
+            [self._binary("containerd"), "--version"],
+            capture_output=True, text=True, timeout=10, check=True, env=self._env,
+        ).stdout  # fmt: skip
+        return release_of(out)
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
@@ -370,7 +412,7 @@ class LocalContainerd:
 
     def start(self) -> None:
         """Create fresh dirs, start containerd, wait for the CRI, import the busybox image."""
-        missing = missing_binaries()
+        missing = missing_binaries(self._bin_dir)
         if missing:
             raise ContainerdError(
                 "cannot run a local containerd, missing: " + ", ".join(missing)
@@ -394,8 +436,9 @@ class LocalContainerd:
         if self.pid is not None:
             raise ContainerdError("containerd is already running")
         self._proc = ChildProcess(
-            ["containerd", "--config", str(self.directory / "config.toml")],
+            [self._binary("containerd"), "--config", str(self.directory / "config.toml")],
             log_path=self.log_path,
+            env=self._env,
         )
         self._proc.start()
         self._frozen = False
@@ -423,11 +466,13 @@ class LocalContainerd:
         archive = self.directory / "image.tar"
         archive.write_bytes(busybox_image_archive(self._image_ref))
         result = subprocess.run(
-            ["ctr", "-a", self.socket_path, "-n", "k8s.io", "images", "import", str(archive)],
+            [self._binary("ctr"), "-a", self.socket_path, "-n", "k8s.io", "images", "import",
+             str(archive)],
             capture_output=True,
             timeout=60,
             check=False,
-        )
+            env=self._env,
+        )  # fmt: skip
         archive.unlink()
         if result.returncode != 0:
             raise ContainerdError(
@@ -482,11 +527,17 @@ class LocalContainerd:
 
     def _remember_shim_sockets(self) -> None:
         task_dir = self.state / "io.containerd.runtime.v2.task"
+        # 1.x writes the shim's address alone to "address"; 2.x to "bootstrap.json".
         for address_file in task_dir.glob("*/*/address"):
             with contextlib.suppress(OSError):
-                address = address_file.read_text().strip()
-                if address.startswith("unix://"):
-                    self._shim_sockets.add(address.removeprefix("unix://"))
+                self._remember_shim_socket(address_file.read_text().strip())
+        for bootstrap in task_dir.glob("*/*/bootstrap.json"):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                self._remember_shim_socket(str(json.loads(bootstrap.read_text()).get("address")))
+
+    def _remember_shim_socket(self, address: str) -> None:
+        if address.startswith("unix://"):
+            self._shim_sockets.add(address.removeprefix("unix://"))
 
     def _remove_pods(self) -> None:
         """Stop and remove every pod sandbox through the CRI (best effort, bounded)."""

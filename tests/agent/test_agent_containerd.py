@@ -26,7 +26,7 @@ from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metri
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
 
-pytestmark = pytest.mark.containerd
+pytestmark = [pytest.mark.containerd, pytest.mark.containerd_releases]
 
 SYNC_PERIOD = 0.2
 CRI_TIMEOUT = 0.5

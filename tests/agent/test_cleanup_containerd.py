@@ -36,7 +36,7 @@ from nodesync_sim.containerd import LocalContainerd, cgroup_root_for
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod
 from tests.metrics.exposition import labels, series
 
-pytestmark = pytest.mark.containerd
+pytestmark = [pytest.mark.containerd, pytest.mark.containerd_releases]
 
 NODE = "node-a"
 GRACE = 0.5

@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
 
+from exporter.cri.pb import api_pb2, api_pb2_grpc
 from exporter.model.runtime import ContainerState
 from nodesync_sim.containerd import (
     IMAGE_REF,
@@ -21,8 +23,10 @@ from nodesync_sim.containerd import (
     busybox_image_archive,
     cgroup_root_for,
     missing_binaries,
+    release_of,
 )
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod, wait_for_state
+from tests.support.containerd import Release
 
 
 def _proc_state(pid: int | None) -> str:
@@ -102,8 +106,11 @@ def test_fresh_state_and_short_socket_per_instance(containerd: LocalContainerd) 
 
 
 @pytest.mark.containerd
-async def test_cleanup_removes_pods_processes_mounts_and_cgroups() -> None:
-    instance = LocalContainerd()
+@pytest.mark.containerd_releases
+async def test_cleanup_removes_pods_processes_mounts_and_cgroups(
+    containerd_release: Release,
+) -> None:
+    instance = LocalContainerd(bin_dir=containerd_release.bin_dir)
     instance.start()
     try:
         pod = await run_pod(
@@ -126,8 +133,11 @@ async def test_cleanup_removes_pods_processes_mounts_and_cgroups() -> None:
 
 
 @pytest.mark.containerd
-async def test_cleanup_after_containerd_was_killed_kills_orphaned_shims() -> None:
-    instance = LocalContainerd()
+@pytest.mark.containerd_releases
+async def test_cleanup_after_containerd_was_killed_kills_orphaned_shims(
+    containerd_release: Release,
+) -> None:
+    instance = LocalContainerd(bin_dir=containerd_release.bin_dir)
     instance.start()
     try:
         pod = await run_pod(
@@ -151,6 +161,29 @@ async def test_cleanup_after_containerd_was_killed_kills_orphaned_shims() -> Non
 
 
 @pytest.mark.containerd
+@pytest.mark.containerd_releases
+def test_runs_the_release_asked_for(
+    containerd: LocalContainerd, containerd_release: Release
+) -> None:
+    assert containerd.version() == containerd_release.name
+    with grpc.insecure_channel(containerd.endpoint) as channel:
+        reply = api_pb2_grpc.RuntimeServiceStub(channel).Version(
+            api_pb2.VersionRequest(version="v1"), timeout=5.0
+        )
+    assert reply.runtime_name == "containerd"
+    assert reply.runtime_version.removeprefix("v").startswith(containerd_release.name)
+
+
+def test_release_of_reads_debian_and_upstream_version_lines() -> None:
+    assert release_of("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1") == (
+        "1.6.20"
+    )
+    assert release_of("containerd github.com/containerd/containerd/v2 2.1.9+unknown ") == "2.1.9"
+    assert release_of("containerd containerd.io v1.7.24 88bf19b") == "1.7.24"
+
+
+@pytest.mark.containerd
+@pytest.mark.containerd_releases
 def test_freeze_thaw_and_restart_keep_the_same_process_or_state(
     containerd: LocalContainerd,
 ) -> None:
