@@ -130,9 +130,9 @@ def _run_agent(args: argparse.Namespace) -> int:
 
 def _run_controller(args: argparse.Namespace, *, environ: Mapping[str, str]) -> int:
     from exporter.controller.app import make_app
-    from exporter.controller.executor import executor_extension
     from exporter.controller.journal import JournalError
-    from exporter.controller.webhook import WebhookConfigError, tls_context, webhook_extension
+    from exporter.controller.webhook import WebhookConfigError, tls_context
+    from exporter.controller.wiring import rollback_extensions
     from exporter.kube.config import ConfigError
     from exporter.serve import ListenError, serve
 
@@ -145,9 +145,7 @@ def _run_controller(args: argparse.Namespace, *, environ: Mapping[str, str]) -> 
     try:
         webhook = WebhookSettings.from_args(args, environ)
         # Without a token there is no webhook, and so nothing to execute: a cluster view only.
-        extensions = (
-            [webhook_extension(webhook), executor_extension(executor)] if webhook.has_token else []
-        )
+        extensions = rollback_extensions(webhook, executor) if webhook.has_token else []
         ssl_context = tls_context(webhook)
     except (ValueError, WebhookConfigError) as exc:
         log.error("cannot configure the webhook", extra={"error": str(exc)})

@@ -48,14 +48,13 @@ from prometheus_client import CollectorRegistry
 from exporter.agent.app import make_app as make_agent_app
 from exporter.agent.settings import AgentSettings
 from exporter.controller.app import make_app as make_controller_app
-from exporter.controller.executor import executor_extension
 from exporter.controller.settings import (
     WAVE_GAP,
     ControllerSettings,
     ExecutorSettings,
     WebhookSettings,
 )
-from exporter.controller.webhook import webhook_extension
+from exporter.controller.wiring import rollback_extensions
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.settings.declare import changed, settings_by_field
@@ -375,15 +374,13 @@ class Chain:
         app = make_controller_app(
             settings,
             registry=CollectorRegistry(),
-            extensions=[
-                webhook_extension(
-                    WebhookSettings(
-                        journal_path=str(self.workdir / "journal" / "journal.db"),
-                        token=self.hook_token,
-                    )
+            extensions=rollback_extensions(
+                WebhookSettings(
+                    journal_path=str(self.workdir / "journal" / "journal.db"),
+                    token=self.hook_token,
                 ),
-                executor_extension(self.executor_settings),
-            ],
+                self.executor_settings,
+            ),
         )
         runner, self.controller_port = await _serve(app, port)
         self._runners.append(runner)

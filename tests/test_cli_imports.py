@@ -82,9 +82,8 @@ def test_the_controller_still_imports_and_builds_its_app() -> None:
     """The controller shares exporter.kube: its entry path imports and makes its app."""
     code = (
         "from exporter.controller.app import make_app\n"
-        "from exporter.controller.executor import executor_extension\n"
         "from exporter.controller.settings import ControllerSettings\n"
-        "from exporter.controller.webhook import webhook_extension\n"
+        "from exporter.controller.wiring import rollback_extensions\n"
         "from exporter.kube.config import ConfigError\n"
         "make_app(ControllerSettings())\n"
         "print('ok')\n"

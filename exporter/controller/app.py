@@ -2,10 +2,11 @@
 cluster watch as resources.
 
 Resources start in ``cleanup_ctx`` order: the API client (``KUBE_API``), then the cluster watch
-(``CLUSTER``). Further parts of the controller (the Alertmanager webhook) are installed by
-functions passed as ``extensions``: each gets the application before it starts, adds its routes
-and appends its own cleanup contexts, which run after these two, so ``app[KUBE_API]`` and
-``app[CLUSTER]`` are ready when theirs start, and they stop before these are torn down.
+(``CLUSTER``). Further parts of the controller (the Alertmanager webhook and the executor,
+exporter.controller.wiring) are installed by functions passed as ``extensions``: each gets the
+application before it starts, adds its routes and appends its own cleanup contexts, which run
+after these two, so ``app[KUBE_API]`` and ``app[CLUSTER]`` are ready when theirs start, and
+they stop before these are torn down. The keys are exporter.controller.keys.
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ from prometheus_client.exposition import choose_encoder
 from exporter import __version__, heap
 from exporter.controller.cluster import ClusterWatch
 from exporter.controller.exposition import SOURCE_APISERVER, controller_families
+from exporter.controller.keys import (
+    CLUSTER,
+    GIVEN_API,
+    KUBE_API,
+    KUBE_METRICS,
+    READINESS,
+    REGISTRY,
+    SETTINGS,
+)
 from exporter.controller.settings import ControllerSettings
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import load_configuration
@@ -29,12 +39,6 @@ from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.selfmetrics import build_info_family, register_process_metrics
 from exporter.serve import harden, landing_page
 from exporter.tasks import cancel_and_wait
-
-SETTINGS = web.AppKey("settings", ControllerSettings)
-REGISTRY = web.AppKey("registry", CollectorRegistry)
-KUBE_API = web.AppKey("kube_api", KubeAPI)
-CLUSTER = web.AppKey("cluster", ClusterWatch)
-KUBE_METRICS = web.AppKey("kube_metrics", KubeRequestMetrics)
 
 Extension = Callable[[web.Application], None]
 
@@ -50,13 +54,6 @@ LANDING_PAGE = landing_page(
     __version__,
 )
 
-_GIVEN_API = web.AppKey("given_api", bool)
-# Set by the rollback executor when it runs with leader election: "do I lead now?".
-LEADING: web.AppKey[Callable[[], bool]] = web.AppKey("leading")
-# Further conditions of readiness, added by extensions: each returns None when ready, else why
-# not (the webhook's: the journal takes writes).
-READINESS: web.AppKey[list[Callable[[], str | None]]] = web.AppKey("readiness")
-
 
 async def connect(settings: ControllerSettings, observer: RequestObserver | None = None) -> KubeAPI:
     """An API client from ``--kubeconfig``, or from the pod's service account when it is empty."""
@@ -66,7 +63,7 @@ async def connect(settings: ControllerSettings, observer: RequestObserver | None
 
 
 async def _kube_ctx(app: web.Application) -> AsyncIterator[None]:
-    if app[_GIVEN_API]:
+    if app[GIVEN_API]:
         yield  # the caller's client: the caller closes it
         return
     api = await connect(app[SETTINGS], app[KUBE_METRICS])
@@ -141,15 +138,6 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "apiserver_up": cluster.status().up})
 
 
-def follower(app: web.Application) -> bool:
-    """True on a replica that runs leader election and does not lead now. Such a replica
-    refuses webhooks with 503 and closes the connection, so that Alertmanager (which retries
-    5xx) reconnects through the Service and reaches the leader: each replica's journal is its
-    own intake, and only the leader decides from its own."""
-    leading = app.get(LEADING)
-    return leading is not None and not leading()
-
-
 async def readyz(request: web.Request) -> web.Response:
     """Ready once Nodes and Leases were both listed (before that the view is incomplete), and
     while every check of ``READINESS`` passes (the webhook's journal takes writes).
@@ -185,7 +173,7 @@ def make_app(
     app = web.Application()
     app[SETTINGS] = settings
     app[REGISTRY] = registry if registry is not None else CollectorRegistry(auto_describe=True)
-    app[_GIVEN_API] = api is not None
+    app[GIVEN_API] = api is not None
     app[READINESS] = []
     if api is not None:
         app[KUBE_API] = api  # requests are reported to the observer it was built with

@@ -5,7 +5,6 @@ and the guards' counts."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from exporter.model.clusterview import (
 from exporter.model.health import HealthIndex
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
 from exporter.model.waves import WaveTracker, node_key
+from exporter.tasks import cancel_and_wait
 
 
 class ClusterWatch:
@@ -247,8 +247,5 @@ class ClusterWatch:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        if task is not None:
+            await cancel_and_wait([task])

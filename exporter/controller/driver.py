@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from exporter.controller.audit import Audit, ObjectRef
+from exporter.controller.coordination import Schedule
 from exporter.controller.journal import Journal
 from exporter.controller.steps import (
     ALERT_RESOLVED,
@@ -63,8 +64,9 @@ STEP_ATTEMPTS = 5
 
 
 class Driver:
-    """Drives NodeRollbacks one call of ``drive`` at a time. ``wait_until(name, seconds)``
-    tells the executor when a waiting rollback is due again."""
+    """Drives NodeRollbacks one call of ``drive`` at a time. A rollback that waits is put on
+    ``schedule`` (exporter.controller.coordination), which the executor reads to know when it
+    is due again."""
 
     def __init__(
         self,
@@ -74,7 +76,7 @@ class Driver:
         audit: Audit,
         metrics: RollbackMetrics,
         *,
-        wait_until: Callable[[str, float], None],
+        schedule: Schedule,
         clock: Callable[[], float] = time.time,
         retry: tuple[float, float] = (1.0, 30.0),
     ) -> None:
@@ -83,7 +85,7 @@ class Driver:
         self._steps = steps
         self._audit = audit
         self.metrics = metrics
-        self._wait_until = wait_until
+        self._schedule = schedule
         self._clock = clock
         self._retry = retry
 
@@ -201,7 +203,7 @@ class Driver:
                 "rollback waits",
                 extra={"rollback": rollback.name, "reason": wait.reason, "detail": wait.message},
             )
-        self._wait_until(rollback.name, wait.retry_in)
+        self._schedule.retry_in(rollback.name, wait.retry_in)
 
     async def _failed_call(self, rollback: NodeRollback, index: int, exc: StepError) -> bool:
         detail = f"API error {exc.error.code} {exc.error.reason}: {exc.error.message}"[:500]

@@ -30,40 +30,30 @@ is written to the API server: decisions are logged and saved as dry runs, and no
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from aiohttp import web
-
 from exporter.controller import steps
-from exporter.controller.app import CLUSTER, KUBE_API, LEADING, REGISTRY
-from exporter.controller.audit import Audit
+from exporter.controller.coordination import Lead, Pause, Schedule
 from exporter.controller.driver import Driver
 from exporter.controller.intake import Intake
-from exporter.controller.journal import Journal, JournalError
+from exporter.controller.journal import JournalError
 from exporter.controller.rollbacks import RollbackWatch
 from exporter.controller.settings import ExecutorSettings
-from exporter.controller.steps import (
-    StepRunner,
-)
 from exporter.kube.errors import KubeError
-from exporter.kube.leader import LeaderElector
 from exporter.kube.noderollbacks import RollbackWrites
 from exporter.kube.ratelimit import AsyncRateLimiter
-from exporter.kube.writer import KubeWriter
-from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
 from exporter.model.clusterview import ClusterView
 from exporter.model.guards import budget, correlated_failure
 from exporter.model.rollback import QUEUED, Action, Phase
 from exporter.model.rollback_state import fencing_next
-from exporter.settings.declare import log_fields
+from exporter.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +72,6 @@ OTHER_REASON = "other"
 
 #: How often the executor checks, while idle, that it still leads.
 LEADER_CHECK_INTERVAL = 0.5
-#: How long a stopping leader spends deciding the alerts it acknowledged, at most.
-DRAIN_TIMEOUT = 5.0
-
 #: How often finished NodeRollbacks are looked at for deletion, at most (more often with a
 #: shorter ``--rollback.retention``).
 RETENTION_INTERVAL = 60.0
@@ -130,82 +117,57 @@ class AlwaysLeader:
 
 
 class Executor:
+    """Decides and drives while leading. Built by exporter.controller.wiring from its parts:
+    the ``intake`` that decides new alerts, the ``driver`` that drives one rollback, and the
+    objects it shares with them and the webhook (exporter.controller.coordination): the
+    ``schedule`` of its passes, the ``lead`` it publishes, the ``pause`` of the
+    correlated-failure guard it computes at each pass."""
+
     def __init__(
         self,
-        journal: Journal,
-        writer: KubeWriter,
+        intake: Intake,
+        driver: Driver,
         writes: RollbackWrites,
         rollbacks: RollbackWatch,
         cluster: ClusterSource,
         settings: ExecutorSettings,
         metrics: RollbackMetrics,
         *,
+        schedule: Schedule,
+        lead: Lead,
+        pause: Pause,
         leadership: Leadership | None = None,
-        wakeup: asyncio.Event | None = None,
         limiter: AsyncRateLimiter | None = None,
-        identity: str = "",
         clock: Callable[[], float] = time.time,
         poll_interval: float = 5.0,
-        step_poll_interval: float = 1.0,
         retry_initial: float = 1.0,
-        retry_max: float = 30.0,
     ) -> None:
-        self._journal = journal
+        self.intake = intake
+        self._driver = driver
         self._writes = writes
         self.rollbacks = rollbacks
         self._cluster = cluster
         self._settings = settings
         self._policy = settings.policy
         self.metrics = metrics
+        self.schedule = schedule
+        self.lead = lead
+        self._pause = pause
         self._leadership: Leadership = leadership or AlwaysLeader()
-        self.wakeup = wakeup or asyncio.Event()
         self._limiter = limiter
         self._clock = clock
         self._poll_interval = poll_interval
-        self._retry = (retry_initial, retry_max)
-        self._audit = Audit(writer, dry_run=settings.dry_run)
-        self.intake = Intake(
-            journal,
-            cluster,
-            rollbacks,
-            writes,
-            self._audit,
-            metrics,
-            settings,
-            identity=identity,
-            clock=clock,
-        )
-        self._paused = False  # the correlated-failure guard, as of the last pass
-        self._steps = StepRunner(
-            writer,
-            settings,
-            lease_renew_time=cluster.lease_renew_time,
-            correlated_failure=lambda: self._paused,
-            clock=clock,
-            poll_interval=step_poll_interval,
-        )
-        self._driver = Driver(
-            journal,
-            writes,
-            self._steps,
-            self._audit,
-            metrics,
-            wait_until=self._wait_until,
-            clock=clock,
-            retry=self._retry,
-        )
+        self._retry_initial = retry_initial
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._slots: dict[str, bool] = {}  # driven rollback -> holds a slot
-        self._not_before: dict[str, float] = {}  # rollback -> monotonic time of its next try
         self._retired_at = 0.0
-        self._leading = False
         self.passes = 0
 
     # ------------------------------------------------------------------ status
 
     @property
     def leading(self) -> bool:
-        return self._leading
+        return self.lead.leading
 
     def status(self) -> ExecutorStatus:
         """For the metrics, at scrape time."""
@@ -222,7 +184,7 @@ class Executor:
         return ExecutorStatus(
             phases=({p.value: n for p, n in self.rollbacks.phases().items()} if synced else None),
             reasons=_bounded(self.rollbacks.reasons()),
-            leader=self._leading,
+            leader=self.lead.leading,
             paused=paused,
             budget_absolute=absolute,
             budget_wave_fraction=wave,
@@ -238,12 +200,12 @@ class Executor:
         try:
             while True:
                 await self._leadership.wait_leader()
-                self._leading = True
+                self.lead.leading = True
                 log.info("executing rollbacks", extra={"dry_run": self._settings.dry_run})
                 try:
                     await self._lead()
                 finally:
-                    self._leading = False
+                    self.lead.leading = False
                     await self._cancel_tasks()
                 log.warning("stopped executing: no longer the leader")
         finally:
@@ -251,7 +213,7 @@ class Executor:
 
     async def _lead(self) -> None:
         while self._leadership.is_leader:
-            self.wakeup.clear()
+            self.schedule.clear()
             try:
                 await self.run_once()
             except (JournalError, KubeError) as exc:
@@ -260,29 +222,22 @@ class Executor:
                 log.exception("executor pass failed; trying again")
             await self._idle()
 
-    def _next_due(self) -> float:
-        """Seconds until the earliest waiting rollback is due (the poll interval at most)."""
-        loop = asyncio.get_running_loop()
-        due = [t - loop.time() for n, t in self._not_before.items() if n not in self._tasks]
-        return max(0.0, min([self._poll_interval, *due]))
-
     async def _idle(self) -> None:
         """Until woken, the next rollback is due, the poll interval passed, or the lead was
         lost (checked every ``LEADER_CHECK_INTERVAL``)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._next_due()
-        while self._leadership.is_leader and not self.wakeup.is_set():
+        deadline = loop.time() + self.schedule.next_due(self._poll_interval, self._tasks)
+        while self._leadership.is_leader and not self.schedule.tripped:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(remaining, LEADER_CHECK_INTERVAL)):
-                    await self.wakeup.wait()
+            await self.schedule.wait(min(remaining, LEADER_CHECK_INTERVAL))
 
     async def run_once(self) -> None:
         """One pass: decide the new alerts, drive the rollbacks that should move."""
         self.passes += 1
-        self._paused = correlated_failure(self._cluster.view(), self._policy, self._clock()).paused
+        view = self._cluster.view()
+        self._pause.paused = correlated_failure(view, self._policy, self._clock()).paused
         await self.intake.run_once()
         if self._settings.dry_run:
             return
@@ -290,11 +245,10 @@ class Executor:
         self._schedule()
 
     def _schedule(self) -> None:
-        now = asyncio.get_running_loop().time()
         held = sum(1 for name, slot in self._slots.items() if slot and name in self._tasks)
         for rollback in self.rollbacks.active():
             name = rollback.name
-            if name in self._tasks or self._not_before.get(name, 0.0) > now:
+            if name in self._tasks or not self.schedule.due(name):
                 continue
             slot = rollback.spec.action is Action.ROLLBACK_NODE
             fencing_only = False
@@ -332,19 +286,16 @@ class Executor:
         self._tasks.pop(name, None)
         self._slots.pop(name, None)
         if not task.cancelled() and (exc := task.exception()) is not None:
-            delay = self._retry[0]
-            self._not_before[name] = asyncio.get_running_loop().time() + delay
+            delay = self._retry_initial
+            self.schedule.retry_in(name, delay)
             log.error(
                 "driving a rollback stopped; it resumes later",
                 extra={"rollback": name, "error": repr(exc), "retry_in": delay},
             )
-        self.wakeup.set()
+        self.schedule.trip()
 
     async def _cancel_tasks(self) -> None:
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks.values())
 
     async def _retire(self) -> None:
         """Delete finished NodeRollbacks past the retention period."""
@@ -359,96 +310,6 @@ class Executor:
             if not rollback.active and expired and await self._writes.delete(rollback):
                 log.info("deleted a finished rollback", extra={"rollback": rollback.name})
 
-    def _wait_until(self, name: str, seconds: float) -> None:
-        self._not_before[name] = asyncio.get_running_loop().time() + seconds
-
     async def _drive(self, name: str, *, fencing_only: bool) -> None:
-        self._not_before.pop(name, None)
+        self.schedule.forget(name)
         await self._driver.drive(name, fencing_only=fencing_only)
-
-
-# ---------------------------------------------------------------- the controller app
-
-EXECUTOR = web.AppKey("rollback_executor", Executor)
-
-
-def executor_extension(settings: ExecutorSettings) -> Callable[[web.Application], None]:
-    """Runs the executor in the controller app. Install it after the webhook's extension
-    (``make_app(..., extensions=[webhook_extension(...), executor_extension(...)])``): it reads
-    the journal the webhook opens, and is woken by each committed delivery."""
-
-    def extend(app: web.Application) -> None:
-        app.cleanup_ctx.append(functools.partial(_executor_ctx, settings))
-        if settings.leader_elect:
-            app[LEADING] = lambda: EXECUTOR in app and app[EXECUTOR].leading
-
-    return extend
-
-
-async def _executor_ctx(settings: ExecutorSettings, app: web.Application) -> AsyncIterator[None]:
-    from exporter.controller.webhook import ALERTS_RECORDED, JOURNAL
-
-    if JOURNAL not in app:
-        raise RuntimeError(
-            "the rollback executor needs the journal: install webhook_extension before "
-            "executor_extension"
-        )
-    api = app[KUBE_API]
-    limiter = AsyncRateLimiter.per_second(settings.api_qps, settings.api_burst)
-    writer = KubeWriter(api, limiter=limiter, dry_run=settings.dry_run)
-    elector = (
-        LeaderElector(
-            api,
-            namespace=settings.leader_elect_namespace,
-            name=settings.leader_elect_name,
-            identity=settings.leader_identity,
-            lease_duration=settings.leader_elect_lease_duration,
-            renew_deadline=settings.leader_elect_renew_deadline,
-            retry_period=settings.leader_elect_retry_period,
-        )
-        if settings.leader_elect
-        else None
-    )
-    rollbacks = RollbackWatch(api)
-    metrics = RollbackMetrics(REFUSAL_REASONS)
-    executor = Executor(
-        app[JOURNAL],
-        writer,
-        RollbackWrites(api, limiter=limiter),
-        rollbacks,
-        app[CLUSTER],
-        settings,
-        metrics,
-        leadership=elector,
-        wakeup=app.get(ALERTS_RECORDED),
-        limiter=limiter,
-        identity=settings.leader_identity,
-    )
-    app[EXECUTOR] = executor
-    collector = SnapshotCollector(lambda: metrics.families(executor.status()))
-    app[REGISTRY].register(collector)
-    log.info("rollback executor starting", extra=log_fields(settings))
-    tasks = [asyncio.create_task(executor.run(), name="rollback-executor")]
-    if elector is not None:
-        tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
-    tasks.append(asyncio.create_task(rollbacks.run(), name="noderollbacks-watch"))
-    try:
-        yield
-    finally:
-        # The executor stops first (a step cut short stays recorded running, for the next
-        # leader to re-check), decides what the webhook acknowledged (no new delivery comes:
-        # the server is closed by now), then the elector releases the Lease.
-        executor_task, *others = tasks
-        executor_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await executor_task
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(DRAIN_TIMEOUT):
-                decided = await executor.drain()
-                if decided:
-                    log.info("decided the last alerts before stopping", extra={"alerts": decided})
-        for task in others:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        app[REGISTRY].unregister(collector)

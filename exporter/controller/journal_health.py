@@ -32,7 +32,6 @@ server. docs/webhook.md, "When the journal fails".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Final
@@ -51,6 +50,7 @@ from exporter.controller.journal import (
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.webhook import journal_health_families
 from exporter.model.alerts import WebhookPayload
+from exporter.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +193,7 @@ class JournalHealth:
     async def stop(self) -> None:
         """Stop the checks and the metrics, close the journal."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
         if self._registry is not None and self._collector is not None:
             self._registry.unregister(self._collector)
         await self.journal.close()

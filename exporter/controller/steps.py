@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.controller.audit import ObjectRef, node_ref
+from exporter.controller.coordination import Pause
 from exporter.controller.settings import ExecutorSettings
 from exporter.kube.errors import KubeError
 from exporter.kube.writer import EvictionResult, KubeWriter
@@ -156,7 +157,8 @@ def _before(present: bool) -> dict[str, str]:
 class StepRunner:
     """Runs the steps of NodeRollbacks. ``lease_renew_time(node)`` reads the node's Lease from
     the controller's cache (the Node itself is read live before every step);
-    ``correlated_failure()`` tells whether the correlated-failure guard pauses rollbacks now."""
+    ``correlated_failure`` tells whether the correlated-failure guard pauses rollbacks now
+    (no guard: never)."""
 
     def __init__(
         self,
@@ -164,14 +166,14 @@ class StepRunner:
         settings: ExecutorSettings,
         *,
         lease_renew_time: Callable[[str], float | None],
-        correlated_failure: Callable[[], bool] = lambda: False,
+        correlated_failure: Pause | None = None,
         clock: Callable[[], float] = time.time,
         poll_interval: float = 1.0,
     ) -> None:
         self._writer = writer
         self._settings = settings
         self._lease = lease_renew_time
-        self._paused = correlated_failure
+        self._pause = correlated_failure or Pause()
         self._clock = clock
         self._poll = poll_interval
 
@@ -219,7 +221,7 @@ class StepRunner:
         if (
             spec.action is Action.ROLLBACK_NODE
             and step.state is StepState.PENDING
-            and self._paused()
+            and self._pause.paused
         ):
             return Wait(
                 CORRELATED_FAILURE,

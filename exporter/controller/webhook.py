@@ -9,34 +9,30 @@ Alertmanager tries again; 500 for anything unexpected; 200 only once ``Journal.r
 i.e. the delivery is on disk. Every answer is JSON. Client mistakes are counted by reason and
 logged at most once a minute (exporter.serve.ClientErrors), never once per request.
 
-Installed with ``make_app(settings, extensions=[webhook_extension(webhook_settings)])``: its
-cleanup context opens the journal (``app[JOURNAL]``) after the API client and the cluster watch,
-and closes it before them. After a delivery that brought new or resolved alerts the receiver sets
-``app[ALERTS_RECORDED]``; the executor waits for it, clears it, then reads the journal.
+Built and installed by exporter.controller.wiring, which opens the journal and hands it over
+(``Webhook.serve``). After a delivery that brought new or resolved alerts the receiver trips the
+schedule it was given (exporter.controller.coordination); the executor, given the same schedule,
+runs a pass and reads the journal. The webhook knows nothing of the executor.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import NoReturn
 
 from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestPayloadError
 
-from exporter.controller.app import READINESS, REGISTRY, follower
-from exporter.controller.journal import Journal, JournalError, RecordResult
-from exporter.controller.journal_health import JournalHealth, start_journal
+from exporter.controller.coordination import Lead, Schedule
+from exporter.controller.journal import CLOSED, JournalError, RecordResult
+from exporter.controller.journal_health import JournalHealth
 from exporter.controller.settings import TOKEN_ENV, WebhookSettings
 from exporter.metrics import http
-from exporter.metrics.collector import SnapshotCollector
-from exporter.metrics.webhook import WebhookMetrics, journal_families
+from exporter.metrics.webhook import WebhookMetrics
 from exporter.model.names import shown
 from exporter.model.payload import PayloadError
 from exporter.model.payload_decode import decode_payload
@@ -44,18 +40,9 @@ from exporter.serve import CLIENT_ERRORS, SERVER_SETTINGS, close_if_unread, erro
 
 log = logging.getLogger(__name__)
 
-JOURNAL = web.AppKey("journal", Journal)
-JOURNAL_HEALTH = web.AppKey("journal_health", JournalHealth)
-ALERTS_RECORDED = web.AppKey("alerts_recorded", asyncio.Event)
-WEBHOOK_METRICS = web.AppKey("webhook_metrics", WebhookMetrics)
-WEBHOOK_SETTINGS = web.AppKey("webhook_settings", WebhookSettings)
-_TOKEN = web.AppKey("webhook_token", bytes)
-
 PATH = "/alerts"
 #: The Content-Encodings of a body the webhook reads (aiohttp decodes them); no header is identity.
 CONTENT_ENCODINGS = frozenset({"identity", "gzip", "deflate"})
-#: How often old journal entries are pruned (also once at start).
-PRUNE_INTERVAL = 3600.0
 _READ_CHUNK = 64 * 1024
 
 
@@ -99,65 +86,6 @@ def tls_context(settings: WebhookSettings) -> ssl.SSLContext | None:
     return context
 
 
-def webhook_extension(settings: WebhookSettings) -> Callable[[web.Application], None]:
-    """Adds ``POST /alerts`` and the journal to the controller app. Reads the token file now,
-    before anything starts: WebhookConfigError if there is no usable token."""
-    token = load_token(settings)
-
-    def extend(app: web.Application) -> None:
-        app[WEBHOOK_SETTINGS] = settings
-        app[_TOKEN] = token
-        app[ALERTS_RECORDED] = asyncio.Event()
-        app[WEBHOOK_METRICS] = WebhookMetrics(app[REGISTRY])
-        app.cleanup_ctx.append(_journal_ctx)
-        app.router.add_route("*", PATH, receive_alerts)
-
-    return extend
-
-
-async def _journal_ctx(app: web.Application) -> AsyncIterator[None]:
-    settings = app[WEBHOOK_SETTINGS]
-    registry = app[REGISTRY]
-    health = await start_journal(
-        settings.journal_path, commit_timeout=settings.journal_commit_timeout, registry=registry
-    )
-    journal = health.journal
-    app[JOURNAL] = journal
-    app[JOURNAL_HEALTH] = health
-    app[READINESS].append(health.not_ready)
-    collector = SnapshotCollector(
-        lambda: journal_families(
-            journal.last_counts.alerts,
-            journal.last_counts.decisions,
-            journal.last_counts.deliveries,
-        )
-    )
-    registry.register(collector)
-    pruning = asyncio.create_task(_prune(journal, settings.journal_retention))
-    log.info("webhook ready", extra={"path": PATH, "journal": settings.journal_path})
-    try:
-        yield
-    finally:
-        pruning.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pruning
-        registry.unregister(collector)
-        await health.stop()
-
-
-async def _prune(journal: Journal, retention: float) -> NoReturn:
-    while True:
-        try:
-            removed = await journal.prune(time.time() - retention)
-            if removed:
-                log.info("journal pruned", extra={"alerts_removed": removed})
-        except JournalError as exc:
-            log.warning("cannot prune the journal", extra={"error": str(exc)})
-        except Exception:
-            log.exception("pruning the journal failed")
-        await asyncio.sleep(PRUNE_INTERVAL)
-
-
 def _error(status: int, message: str, **headers: str) -> web.Response:
     return error_response(status, message, **headers)
 
@@ -172,18 +100,7 @@ def _refuse(
     return answer
 
 
-async def receive_alerts(request: web.Request) -> web.Response:
-    started = time.perf_counter()
-    try:
-        response = await _receive(request)
-    except Exception:
-        log.exception("webhook request failed")
-        response = _error(500, "internal error; see the controller's log")
-    request.app[WEBHOOK_METRICS].observe_request(response.status, time.perf_counter() - started)
-    return response
-
-
-def _authorized(request: web.Request) -> web.Response | None:
+def _authorized(request: web.Request, token: bytes) -> web.Response | None:
     """None if the request carries the right bearer token, else the 401 to answer."""
     header = request.headers.get(hdrs.AUTHORIZATION, "")
     scheme, _, credentials = header.strip().partition(" ")
@@ -197,7 +114,7 @@ def _authorized(request: web.Request) -> web.Response | None:
         )
     given = credentials.strip().encode("utf-8", "surrogateescape")
     # compared as digests: equal lengths, so the time taken tells nothing about the token
-    expected = hashlib.sha256(request.app[_TOKEN]).digest()
+    expected = hashlib.sha256(token).digest()
     if not hmac.compare_digest(hashlib.sha256(given).digest(), expected):
         return _refuse(
             request,
@@ -233,99 +150,143 @@ def _cannot_read(request: web.Request, status: int, reason: str, message: str) -
     return _refuse(request, reason, status, message, **{hdrs.CONNECTION: "close"})
 
 
-async def _receive(request: web.Request) -> web.Response:
-    if request.method != hdrs.METH_POST:
-        return _refuse(
-            request,
-            http.METHOD_NOT_ALLOWED,
-            405,
-            f"use POST {PATH}",
-            **{hdrs.ALLOW: hdrs.METH_POST},
-        )
-    refused = _authorized(request)
-    if refused is not None:
-        return refused
-    if follower(request.app):
-        # Closing the connection makes Alertmanager's retry pick a replica again.
-        return _error(
-            503, "not the leader; retry (another replica leads)", **{hdrs.CONNECTION: "close"}
-        )
-    limit = request.app[WEBHOOK_SETTINGS].max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        return _refuse(request, http.TOO_LARGE, 413, f"the body is larger than {limit} bytes")
-    if request.content_type != "application/json":
-        return _refuse(
-            request,
-            http.UNSUPPORTED_MEDIA_TYPE,
-            415,
-            f"Content-Type must be application/json, got {shown(request.content_type, 64)}",
-        )
-    encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
-    if encoding not in CONTENT_ENCODINGS:
-        return _refuse(
-            request,
-            http.BAD_ENCODING,
-            415,
-            f"Content-Encoding {shown(encoding, 64)!r} is not supported: send the body as "
-            "identity, gzip or deflate",
-        )
-    try:
-        async with asyncio.timeout(request.app[SERVER_SETTINGS].read_timeout):
-            raw = await _read_body(request, limit)
-    except _TooLarge:
-        return _cannot_read(request, 413, http.TOO_LARGE, f"the body is larger than {limit} bytes")
-    except TimeoutError:
-        return _cannot_read(
-            request, 408, http.BODY_TIMEOUT, "the body did not arrive in time (--web.read-timeout)"
-        )
-    except web.HTTPException:
-        raise
-    except RequestPayloadError as exc:  # a body that is not in its encoding, a broken chunk
-        reason = http.BAD_HTTP if encoding == "identity" else http.BAD_ENCODING
-        cause = exc.__cause__ or exc
-        return _cannot_read(
-            request, 400, reason, f"the body cannot be read ({encoding}): {shown(str(cause), 200)}"
-        )
-    try:
-        payload = decode_payload(raw)
-    except PayloadError as exc:
-        return _refuse(request, http.MALFORMED_PAYLOAD, 400, exc.message)
-    try:
-        result = await request.app[JOURNAL_HEALTH].record(payload, received_at=time.time())
-    except JournalError as exc:
-        log.warning("cannot record alerts", extra={"reason": exc.reason, "error": str(exc)})
-        return _error(503, f"cannot record the alerts, retry later: {exc}")
-    _recorded(request.app, result)
-    log.info(
-        "alerts recorded",
-        extra={
-            "receiver": shown(payload.receiver),
-            "group_key": shown(payload.group_key, 200),
-            "alerts": len(payload.alerts),
-            "new": result.new,
-            "duplicates": result.duplicates,
-            "resolved": result.resolved,
-            "truncated": result.truncated,
-        },
-    )
-    return web.json_response(
-        {
-            "status": "recorded",
-            "alerts": len(payload.alerts),
-            "new": result.new,
-            "duplicates": result.duplicates,
-            "resolved": result.resolved,
-            "truncated": result.truncated,
-        }
-    )
+class Webhook:
+    """``POST /alerts``: each delivery recorded in the journal (once it is open: ``serve``)
+    before it is answered; a delivery that brought new or resolved alerts trips ``schedule``
+    (the executor's next pass); a follower (``lead``) refuses deliveries."""
 
+    def __init__(
+        self,
+        settings: WebhookSettings,
+        token: bytes,
+        metrics: WebhookMetrics,
+        schedule: Schedule,
+        lead: Lead,
+    ) -> None:
+        self._settings = settings
+        self._token = token
+        self.metrics = metrics
+        self._schedule = schedule
+        self._lead = lead
+        self._health: JournalHealth | None = None
 
-def _recorded(app: web.Application, result: RecordResult) -> None:
-    app[WEBHOOK_METRICS].observe_record(
-        new_firing=result.new_firing,
-        resolved=result.resolved,
-        duplicates=result.duplicates,
-        truncated=result.truncated,
-    )
-    if result.new or result.resolved:
-        app[ALERTS_RECORDED].set()
+    def serve(self, health: JournalHealth | None) -> None:
+        """Record deliveries in ``health``'s journal from now on (None: answer 503)."""
+        self._health = health
+
+    async def receive(self, request: web.Request) -> web.Response:
+        """The route's handler: any method, answered in JSON and counted."""
+        started = time.perf_counter()
+        try:
+            response = await self._receive(request)
+        except Exception:
+            log.exception("webhook request failed")
+            response = _error(500, "internal error; see the controller's log")
+        self.metrics.observe_request(response.status, time.perf_counter() - started)
+        return response
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        if request.method != hdrs.METH_POST:
+            return _refuse(
+                request,
+                http.METHOD_NOT_ALLOWED,
+                405,
+                f"use POST {PATH}",
+                **{hdrs.ALLOW: hdrs.METH_POST},
+            )
+        refused = _authorized(request, self._token)
+        if refused is not None:
+            return refused
+        if self._lead.follower:
+            # Closing the connection makes Alertmanager's retry pick a replica again.
+            return _error(
+                503, "not the leader; retry (another replica leads)", **{hdrs.CONNECTION: "close"}
+            )
+        limit = self._settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return _refuse(request, http.TOO_LARGE, 413, f"the body is larger than {limit} bytes")
+        if request.content_type != "application/json":
+            return _refuse(
+                request,
+                http.UNSUPPORTED_MEDIA_TYPE,
+                415,
+                f"Content-Type must be application/json, got {shown(request.content_type, 64)}",
+            )
+        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
+        if encoding not in CONTENT_ENCODINGS:
+            return _refuse(
+                request,
+                http.BAD_ENCODING,
+                415,
+                f"Content-Encoding {shown(encoding, 64)!r} is not supported: send the body as "
+                "identity, gzip or deflate",
+            )
+        try:
+            async with asyncio.timeout(request.app[SERVER_SETTINGS].read_timeout):
+                raw = await _read_body(request, limit)
+        except _TooLarge:
+            return _cannot_read(
+                request, 413, http.TOO_LARGE, f"the body is larger than {limit} bytes"
+            )
+        except TimeoutError:
+            return _cannot_read(
+                request,
+                408,
+                http.BODY_TIMEOUT,
+                "the body did not arrive in time (--web.read-timeout)",
+            )
+        except web.HTTPException:
+            raise
+        except RequestPayloadError as exc:  # a body that is not in its encoding, a broken chunk
+            reason = http.BAD_HTTP if encoding == "identity" else http.BAD_ENCODING
+            cause = exc.__cause__ or exc
+            return _cannot_read(
+                request,
+                400,
+                reason,
+                f"the body cannot be read ({encoding}): {shown(str(cause), 200)}",
+            )
+        try:
+            payload = decode_payload(raw)
+        except PayloadError as exc:
+            return _refuse(request, http.MALFORMED_PAYLOAD, 400, exc.message)
+        try:
+            if self._health is None:
+                raise JournalError("the journal is not open", CLOSED)
+            result = await self._health.record(payload, received_at=time.time())
+        except JournalError as exc:
+            log.warning("cannot record alerts", extra={"reason": exc.reason, "error": str(exc)})
+            return _error(503, f"cannot record the alerts, retry later: {exc}")
+        self._recorded(result)
+        log.info(
+            "alerts recorded",
+            extra={
+                "receiver": shown(payload.receiver),
+                "group_key": shown(payload.group_key, 200),
+                "alerts": len(payload.alerts),
+                "new": result.new,
+                "duplicates": result.duplicates,
+                "resolved": result.resolved,
+                "truncated": result.truncated,
+            },
+        )
+        return web.json_response(
+            {
+                "status": "recorded",
+                "alerts": len(payload.alerts),
+                "new": result.new,
+                "duplicates": result.duplicates,
+                "resolved": result.resolved,
+                "truncated": result.truncated,
+            }
+        )
+
+    def _recorded(self, result: RecordResult) -> None:
+        self.metrics.observe_record(
+            new_firing=result.new_firing,
+            resolved=result.resolved,
+            duplicates=result.duplicates,
+            truncated=result.truncated,
+        )
+        if result.new or result.resolved:
+            self._schedule.trip()

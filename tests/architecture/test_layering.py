@@ -22,6 +22,10 @@ BREAKS = {
     "boundaries-independent": ("exporter/kube/api.py", "import exporter.cri.client"),
     "boundaries-below-roles": ("exporter/host/probes.py", "import exporter.agent.sync"),
     "roles-independent": ("exporter/agent/sync.py", "import exporter.controller.journal"),
+    "webhook-executor-independent": (
+        "exporter/controller/executor.py",
+        "import exporter.controller.webhook",
+    ),
 }
 
 

@@ -27,6 +27,7 @@ from exporter.controller.executor import REFUSAL_REASONS, Executor, Leadership
 from exporter.controller.journal import DecisionRecord, Journal
 from exporter.controller.rollbacks import RollbackWatch
 from exporter.controller.settings import ExecutorSettings
+from exporter.controller.wiring import build_executor
 from exporter.kube.api import KubeAPI
 from exporter.kube.noderollbacks import RollbackWrites, node_rollback
 from exporter.kube.ratelimit import AsyncRateLimiter
@@ -299,7 +300,7 @@ class Bench:
         writer: KubeWriter | None = None,
     ) -> Executor:
         writer = writer or KubeWriter(api or self.api, limiter=limiter, dry_run=settings.dry_run)
-        return Executor(
+        return build_executor(
             self.journal,
             writer,
             RollbackWrites(api or self.api, limiter=limiter),

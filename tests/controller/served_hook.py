@@ -12,13 +12,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.controller.app import CLUSTER, make_app
+from exporter.controller.app import make_app
 from exporter.controller.audit import Audit
-from exporter.controller.executor import REFUSAL_REASONS, executor_extension
+from exporter.controller.executor import REFUSAL_REASONS
 from exporter.controller.intake import Intake
 from exporter.controller.journal import Journal
+from exporter.controller.keys import CLUSTER, JOURNAL
 from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
-from exporter.controller.webhook import JOURNAL, webhook_extension
+from exporter.controller.wiring import rollback_extensions
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import load_configuration
 from exporter.kube.writer import KubeWriter
@@ -79,9 +80,7 @@ async def served_hook(
 ) -> AsyncIterator[ServedHook]:
     recording = await recording_api(settings.kubeconfig)
     registry = CollectorRegistry()
-    extensions = [webhook_extension(webhook)]
-    if executor is not None:
-        extensions.append(executor_extension(executor))
+    extensions = rollback_extensions(webhook, executor)
     app = make_app(
         dataclasses.replace(settings, server=server),
         api=recording.api,

@@ -16,7 +16,8 @@ from prometheus_client.openmetrics.parser import (
 )
 
 from exporter.commandline import parse_settings
-from exporter.controller.app import CLUSTER, make_app
+from exporter.controller.app import make_app
+from exporter.controller.keys import CLUSTER
 from exporter.controller.settings import ControllerSettings
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, token_configuration

@@ -715,7 +715,7 @@ async def test_only_the_leader_executes(b: Bench) -> None:
         assert first.status().leader
         assert not second.status().leader
         one.lead(False)  # the lead moves to the other controller mid-rollback
-        first.wakeup.set()
+        first.schedule.trip()
         await until(_not_leading(first), "the first executor to stop")
         b.agent.hold = False
         two.lead(True)

@@ -15,9 +15,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.controller.app import make_app
-from exporter.controller.executor import EXECUTOR, executor_extension
+from exporter.controller.keys import EXECUTOR
 from exporter.controller.settings import ControllerSettings, ExecutorSettings
-from exporter.controller.webhook import webhook_extension
+from exporter.controller.wiring import rollback_extensions
 from exporter.kube.noderollbacks import node_rollback
 from exporter.model.rollback import Phase
 from exporter.settings.declare import changed
@@ -59,7 +59,7 @@ async def start(
     app = make_app(
         settings,
         registry=CollectorRegistry(),
-        extensions=[webhook_extension(hook_settings(tmp_path)), executor_extension(hook)],
+        extensions=rollback_extensions(hook_settings(tmp_path), hook),
     )
     return await aiohttp_client(app)
 

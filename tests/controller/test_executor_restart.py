@@ -27,9 +27,10 @@ from typing import Any
 import pytest
 
 from exporter.controller.cluster import ClusterWatch
-from exporter.controller.executor import REFUSAL_REASONS, Executor
+from exporter.controller.executor import REFUSAL_REASONS
 from exporter.controller.journal import Journal
 from exporter.controller.rollbacks import RollbackWatch
+from exporter.controller.wiring import build_executor
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.kube.noderollbacks import RollbackWrites, object_json
@@ -76,7 +77,7 @@ async def _serve(kubeconfig: str, journal_path: str) -> None:
     watch = RollbackWatch(api)
     watching = asyncio.create_task(watch.run())
     journal = await Journal.open(journal_path)
-    executor = Executor(
+    executor = build_executor(
         journal,
         KubeWriter(api),
         RollbackWrites(api),

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from exporter.controller.app import LEADING, make_app
+from exporter.controller.app import make_app
+from exporter.controller.coordination import Lead
 from exporter.controller.settings import ControllerSettings
-from exporter.controller.webhook import webhook_extension
+from exporter.controller.wiring import webhook_extension
 from tests.controller.alert_builders import body
 from tests.controller.conftest import AiohttpClient, eventually
 from tests.controller.webhook_support import assert_nothing_recorded, hook_settings, post
@@ -19,13 +20,12 @@ from tests.controller.webhook_support import assert_nothing_recorded, hook_setti
 async def test_a_follower_refuses_with_503_and_closes_the_connection(
     aiohttp_client: AiohttpClient, settings: ControllerSettings, tmp_path: Path
 ) -> None:
-    leading = False
+    lead = Lead(elected=True)
     app = make_app(
         settings,
         registry=CollectorRegistry(),
-        extensions=[webhook_extension(hook_settings(tmp_path))],
+        extensions=[webhook_extension(hook_settings(tmp_path), lead=lead)],
     )
-    app[LEADING] = lambda: leading
     client = await aiohttp_client(app)
 
     async def ready() -> bool:
@@ -38,7 +38,7 @@ async def test_a_follower_refuses_with_503_and_closes_the_connection(
     assert "leader" in (await response.json())["error"]
     await assert_nothing_recorded(client)
 
-    leading = True
+    lead.leading = True
     response = await post(client, body())
     assert response.status == 200
     assert (await client.get("/readyz")).status == 200

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from exporter.commandline import parse_settings
-from exporter.controller.app import CLUSTER
+from exporter.controller.keys import CLUSTER
 from exporter.controller.plan_command import run
 from exporter.controller.settings import ControllerSettings, PlanSettings
 from exporter.settings.server import ServerSettings

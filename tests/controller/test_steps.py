@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from exporter.controller.coordination import Pause
 from exporter.controller.settings import ExecutorSettings
 from exporter.controller.steps import (
     AGENT_UNREACHABLE,
@@ -73,7 +74,7 @@ class Env:
     server: APIServer
     runner: StepRunner
     leases: dict[str, float]
-    paused: list[bool]
+    paused: Pause
 
     @property
     def store(self) -> Store:
@@ -108,12 +109,12 @@ async def env() -> AsyncIterator[Env]:
     async with APIServer() as server:
         api = KubeAPI(server.aio_configuration())
         leases: dict[str, float] = {}
-        paused = [False]
+        paused = Pause()
         runner = StepRunner(
             KubeWriter(api),
             SETTINGS,
             lease_renew_time=leases.get,
-            correlated_failure=lambda: paused[0],
+            correlated_failure=paused,
             poll_interval=0.5,
         )
         server.store.create("nodes", node_object(NODE))
@@ -243,7 +244,7 @@ async def test_a_recovered_node_stops_a_node_rollback_only(env: Env) -> None:
 
 
 async def test_the_correlated_failure_guard_holds_steps_not_yet_started(env: Env) -> None:
-    env.paused[0] = True
+    env.paused.paused = True
     result = await env.runner.precheck(rollback(env), 0)
     assert isinstance(result, Wait)
     assert result.reason == CORRELATED_FAILURE
@@ -337,7 +338,6 @@ async def test_the_drain_policy_flags_leave_bare_and_emptydir_pods(env: Env) -> 
             KubeWriter(api),
             settings,
             lease_renew_time=env.leases.get,
-            correlated_failure=lambda: False,
         )
         r = started(rollback(env), StepKind.DRAIN)
         result = await runner.execute(r, at(r, StepKind.DRAIN))

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from exporter.controller.journal import Journal, RecordResult
+from exporter.controller.keys import SCHEDULE
 from exporter.controller.settings import ControllerSettings, WebhookSettings
-from exporter.controller.webhook import ALERTS_RECORDED, WebhookConfigError, webhook_extension
+from exporter.controller.webhook import WebhookConfigError
+from exporter.controller.wiring import webhook_extension
 from exporter.model.payload import MAX_ALERTS
 from tests.controller.alert_builders import alert, body, payload
 from tests.controller.builders import T0
@@ -70,7 +72,7 @@ async def test_a_delivery_is_on_disk_when_answered(hook: Client, webhook: Webhoo
     record = await journal(hook).alert(a.key)
     assert record is not None
     assert record.alert.labels == a.labels
-    assert hook.app[ALERTS_RECORDED].is_set()
+    assert hook.app[SCHEDULE].tripped
     assert await metric(hook, "nodesync_alerts_received_total", status="firing") == 1.0
     assert await metric(hook, "nodesync_webhook_requests_total", code="200") == 1.0
     assert await metric(hook, "nodesync_webhook_request_duration_seconds_count") == 1.0
@@ -85,9 +87,9 @@ async def test_a_resend_an_ha_duplicate_and_a_retry_record_the_alert_once(hook: 
         response = await post(hook, group)
         assert response.status == 200
         answers.append(await response.json())
-        hook.app[ALERTS_RECORDED].clear()
+        hook.app[SCHEDULE].clear()
     assert [(a["new"], a["duplicates"]) for a in answers] == [(1, 0), (0, 1), (0, 1)]
-    assert not hook.app[ALERTS_RECORDED].is_set()  # duplicates wake nobody
+    assert not hook.app[SCHEDULE].tripped  # duplicates wake nobody
     counts = await journal(hook).counts()
     assert (counts.alerts["firing"], counts.deliveries) == (1, 3)
     assert len(await journal(hook).alerts_to_decide()) == 1
@@ -98,7 +100,7 @@ async def test_a_resend_an_ha_duplicate_and_a_retry_record_the_alert_once(hook: 
 async def test_a_resolved_copy_resolves_the_alert(hook: Client) -> None:
     a = alert("aaaa")
     assert (await post(hook, body(a))).status == 200
-    hook.app[ALERTS_RECORDED].clear()
+    hook.app[SCHEDULE].clear()
     response = await post(hook, body(alert("aaaa", status="resolved", ends_at=T0 + 60)))
     assert response.status == 200
     assert (await response.json())["resolved"] == 1
@@ -106,7 +108,7 @@ async def test_a_resolved_copy_resolves_the_alert(hook: Client) -> None:
     assert record is not None
     assert (record.status, record.ends_at) == ("resolved", T0 + 60)
     assert record.resolved_at is not None
-    assert hook.app[ALERTS_RECORDED].is_set()  # the executor may cancel a pending plan
+    assert hook.app[SCHEDULE].tripped  # the executor may cancel a pending plan
     assert await metric(hook, "nodesync_alerts_received_total", status="resolved") == 1.0
     assert await metric(hook, "nodesync_journal_alerts", status="resolved") == 1.0
 
@@ -278,7 +280,7 @@ async def test_a_locked_journal_is_a_503_and_the_retry_succeeds(
         assert response.status == 503
         error = (await response.json())["error"]
         assert "retry" in error
-        assert not hook.app[ALERTS_RECORDED].is_set()
+        assert not hook.app[SCHEDULE].tripped
         other.execute("ROLLBACK")
     finally:
         other.close()
@@ -352,12 +354,12 @@ async def test_old_entries_are_pruned_at_start(
 
 
 async def test_the_executor_can_wait_for_new_alerts(hook: Client) -> None:
-    event = hook.app[ALERTS_RECORDED]
-    waiter = asyncio.create_task(event.wait())
+    schedule = hook.app[SCHEDULE]
+    waiter = asyncio.create_task(schedule.wait(60))
     await asyncio.sleep(0)
     assert not waiter.done()
     assert (await post(hook, body())).status == 200
-    await asyncio.wait_for(waiter, timeout=5)
+    assert await asyncio.wait_for(waiter, timeout=5)
     assert await journal(hook).alerts_to_decide() != []
 
 

@@ -34,7 +34,7 @@ import psutil
 import pytest
 from aiohttp import ClientSession, TCPConnector
 
-from exporter.controller.app import CLUSTER
+from exporter.controller.keys import CLUSTER
 from exporter.controller.settings import ControllerSettings
 from exporter.model.names import is_dns1123_label, is_dns1123_subdomain
 from exporter.model.payload import PayloadError

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiohttp import ClientSession
 
-from exporter.controller.app import CLUSTER
+from exporter.controller.keys import CLUSTER
 from exporter.controller.settings import ControllerSettings
 from exporter.logs import JSONFormatter
 from exporter.model.names import is_dns1123_subdomain

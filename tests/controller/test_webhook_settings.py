@@ -22,7 +22,8 @@ from exporter.controller.settings import (
     ControllerSettings,
     WebhookSettings,
 )
-from exporter.controller.webhook import WebhookConfigError, tls_context, webhook_extension
+from exporter.controller.webhook import WebhookConfigError, tls_context
+from exporter.controller.wiring import webhook_extension
 from exporter.settings.declare import log_fields
 from exporter.settings.values import positive_count
 from tests.controller.alert_builders import body

@@ -12,8 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from exporter.controller.app import make_app
 from exporter.controller.journal import Journal
+from exporter.controller.keys import JOURNAL
 from exporter.controller.settings import ControllerSettings, WebhookSettings
-from exporter.controller.webhook import JOURNAL, webhook_extension
+from exporter.controller.wiring import webhook_extension
 from tests.controller.conftest import AiohttpClient, Client
 
 TOKEN = "a-token-for-tests-0123456789"

@@ -45,9 +45,8 @@ from prometheus_client import CollectorRegistry
 from exporter.agent.app import make_app as make_agent_app
 from exporter.agent.settings import AgentSettings
 from exporter.controller.app import make_app as make_controller_app
-from exporter.controller.executor import executor_extension
 from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
-from exporter.controller.webhook import webhook_extension
+from exporter.controller.wiring import rollback_extensions
 from exporter.metrics.nodes import NodeCollectors
 from exporter.model.rfc3339 import format_micro_time, format_time
 from exporter.model.runtime import ContainerState
@@ -349,15 +348,13 @@ class Scenario:
                 collectors=NodeCollectors.everything(),
             ),
             registry=CollectorRegistry(),
-            extensions=[
-                webhook_extension(
-                    WebhookSettings(
-                        journal_path=str(self.workdir / "journal" / "journal.db"),
-                        token=HOOK_TOKEN,
-                    )
+            extensions=rollback_extensions(
+                WebhookSettings(
+                    journal_path=str(self.workdir / "journal" / "journal.db"),
+                    token=HOOK_TOKEN,
                 ),
-                executor_extension(ExecutorSettings(dry_run=True)),
-            ],
+                ExecutorSettings(dry_run=True),
+            ),
         )
         runner, self.agent_port = await _serve(agent)
         self._runners.append(runner)

@@ -21,9 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app as make_agent_app
 from exporter.controller.app import make_app as make_controller_app
-from exporter.controller.executor import executor_extension
 from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
-from exporter.controller.webhook import webhook_extension
+from exporter.controller.wiring import rollback_extensions
 from exporter.cri.client import CRIClient
 from exporter.model.alerts import Alert
 from exporter.settings.declare import changed
@@ -131,21 +130,17 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
             make_controller_app(
                 ControllerSettings(listen=("127.0.0.1", 0), kubeconfig=kubeconfig),
                 registry=CollectorRegistry(),
-                extensions=[
-                    webhook_extension(
-                        WebhookSettings(journal_path=str(tmp_path / "journal.db"), token=TOKEN)
+                extensions=rollback_extensions(
+                    WebhookSettings(journal_path=str(tmp_path / "journal.db"), token=TOKEN),
+                    changed(
+                        ExecutorSettings(),
+                        delete_nodes=True,
+                        api_qps=50,
+                        api_burst=50,
+                        eviction_timeout=5,
+                        cleanup_timeout=30,
                     ),
-                    executor_extension(
-                        changed(
-                            ExecutorSettings(),
-                            delete_nodes=True,
-                            api_qps=50,
-                            api_burst=50,
-                            eviction_timeout=5,
-                            cleanup_timeout=30,
-                        )
-                    ),
-                ],
+                ),
             )
         )
 

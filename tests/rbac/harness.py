@@ -28,12 +28,11 @@ from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app as make_agent_app
 from exporter.agent.settings import AgentSettings
-from exporter.controller.app import CLUSTER
 from exporter.controller.app import make_app as make_controller_app
-from exporter.controller.executor import executor_extension
 from exporter.controller.journal import Journal
+from exporter.controller.keys import CLUSTER, JOURNAL
 from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
-from exporter.controller.webhook import JOURNAL, webhook_extension
+from exporter.controller.wiring import rollback_extensions
 from exporter.kube.noderollbacks import node_rollback
 from exporter.model.cleanup import CleanupState, CleanupStatus
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION, Phase
@@ -375,7 +374,7 @@ async def controller(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Controll
     app = make_controller_app(
         settings,
         registry=CollectorRegistry(),
-        extensions=[webhook_extension(webhook), executor_extension(hook)],
+        extensions=rollback_extensions(webhook, hook),
     )
     async with TestClient(TestServer(app)) as client:
         run = ControllerRun(cluster, client)
