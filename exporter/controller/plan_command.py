@@ -2,7 +2,7 @@
 cluster, without changing anything.
 
 It reads an Alertmanager webhook payload (a file, or ``-`` for stdin), decoded and validated by the
-webhook's own decoder (exporter.model.payload_decode.decode_payload: what the webhook refuses with
+webhook's own decoder (exporter.model.payload.decode_payload: what the webhook refuses with
 400, ``plan`` refuses with the same one-line message and exit code 2), lists the Nodes, node Leases
 and NodeRollbacks once (reads only), and decides each alert in the order of the payload exactly as
 the controller would (exporter.model.decision), counting the NodeRollbacks in the cluster in the
@@ -56,8 +56,7 @@ from exporter.model.guards import (
 )
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo, PodInfo
 from exporter.model.names import shown
-from exporter.model.payload import PayloadError
-from exporter.model.payload_decode import decode_payload
+from exporter.model.payload import PayloadError, decode_payload
 from exporter.model.rollback import NodeRollback, Plan, StepKind
 
 # API writes a step makes when it has something to do, besides its Event (a drain also evicts

@@ -34,8 +34,7 @@ from exporter.controller.settings import TOKEN_ENV, WebhookSettings
 from exporter.metrics import http
 from exporter.metrics.webhook import WebhookMetrics
 from exporter.model.names import shown
-from exporter.model.payload import PayloadError
-from exporter.model.payload_decode import decode_payload
+from exporter.model.payload import PayloadError, decode_payload
 from exporter.serve import CLIENT_ERRORS, SERVER_SETTINGS, close_if_unread, error_response
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,11 @@
-"""Validate an Alertmanager webhook body (version 4, already decoded from JSON) into a
-WebhookPayload. Pure: anything malformed raises PayloadError saying which field and what is wrong.
+"""Bytes to a WebhookPayload: the webhook's and ``nodesync plan``'s one decoder of an
+Alertmanager webhook body (version 4). Pure: anything malformed raises PayloadError, one line
+that names the field by its JSON path (``$.alerts[0].startsAt: ...``) and says what is wrong.
+
+The body is decoded and checked in one pass by msgspec against the schema below, which carries
+the rules as types and constraints; what a type cannot say is checked after it, each with the
+field's path: a fingerprint's hex digits, each timestamp, a startsAt that is set. Fields are
+checked in the order they come; a missing one is found at the end of its object.
 
 Required: ``version`` ("4"), ``groupKey``, ``status``, ``receiver``, ``alerts``, and per alert
 ``status``, ``labels``, ``startsAt``, ``fingerprint``. Optional (Alertmanager sends them; older or
@@ -8,24 +14,25 @@ other senders may not): ``truncatedAlerts`` (0), ``groupLabels``, ``commonLabels
 ``externalURL``, ``generatorURL`` (""), ``endsAt`` (None). Unknown keys are ignored.
 Timestamps are RFC 3339 (as Go writes them: up to nanoseconds, ``Z`` or an offset); Go's zero time
 ``0001-01-01T00:00:00Z`` means "not set": an ``endsAt`` of a firing alert, never a ``startsAt``.
-Sizes are capped so one request cannot make the journal store unbounded data.
+Sizes are capped so one request cannot make the journal store unbounded data; lengths count
+characters (code points).
 
-:func:`checked_payload` decodes bytes this way: UTF-8 JSON (no NaN or Infinity, nesting
-bounded), then :func:`parse_payload`, each field in order, the first fault named. The webhook and
-``nodesync plan`` call :func:`exporter.model.payload_decode.decode_payload`, which reads a
-well-formed body in one pass with the same rules and hands anything else to this module.
+JSON itself: UTF-8 throughout (checked first, since msgspec skips unknown fields unread), no
+NaN or Infinity, no control characters in strings, no lone UTF-16 surrogate (escaped or not,
+wherever it is), nested no deeper than the interpreter's recursion limit.
 """
 
 from __future__ import annotations
 
 import calendar
 import functools
-import json
 import re
-from collections.abc import Mapping
-from typing import Final, NoReturn
+from typing import Annotated, Final, Literal
 
-from exporter.model.alerts import ALERT_STATUSES, Alert, WebhookPayload, episode_start
+import msgspec
+
+from exporter.model.alerts import Alert, WebhookPayload, episode_start
+from exporter.model.codec import error_message, lower_first
 
 SUPPORTED_VERSION: Final = "4"
 #: More alerts than this in one notification is refused: set the receiver's ``max_alerts``
@@ -43,80 +50,151 @@ _TIMESTAMP = re.compile(
     re.ASCII,
 )
 FINGERPRINT = re.compile(rf"[0-9a-fA-F]{{1,{MAX_FINGERPRINT_LENGTH}}}", re.ASCII)
-_SURROGATE = re.compile("[\ud800-\udfff]")
 #: Go's zero time.Time, 0001-01-01T00:00:00Z, in Unix seconds.
 ZERO_TIME: Final[int] = calendar.timegm((1, 1, 1, 0, 0, 0))
-_MISSING: Final = object()
 
 
 class PayloadError(Exception):
-    """The body is not a valid Alertmanager webhook payload; the message says why."""
+    """The body is not a valid Alertmanager webhook payload; the message says where and why."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
 
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+# ---------------------------------------------------------------- the schema
+
+_Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
+_Value = Annotated[str, msgspec.Meta(max_length=MAX_VALUE_LENGTH)]
+_Map = Annotated[dict[_Name, _Value], msgspec.Meta(max_length=MAX_LABELS)]
+_Time = Annotated[str, msgspec.Meta(max_length=MAX_TIMESTAMP_LENGTH)]
+Status = Literal["firing", "resolved"]  # exporter.model.alerts.ALERT_STATUSES
 
 
-def _get(obj: Mapping[str, object], key: str, path: str) -> object:
-    value = obj.get(key, _MISSING)
-    if value is _MISSING:
-        raise PayloadError(f"{path}{key}: missing")
-    return value
+class WireAlert(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    rename={"starts_at": "startsAt", "ends_at": "endsAt", "generator_url": "generatorURL"},
+):
+    """One alert as Alertmanager writes it."""
+
+    fingerprint: Annotated[str, msgspec.Meta(max_length=MAX_FINGERPRINT_LENGTH)]
+    status: Status
+    labels: _Map
+    starts_at: _Time
+    ends_at: _Time | None = None
+    annotations: _Map | None = None
+    generator_url: _Value = ""
 
 
-def _string(value: object, where: str, *, max_length: int = MAX_VALUE_LENGTH) -> str:
-    if not isinstance(value, str):
-        raise PayloadError(f"{where}: must be a string, got {_type_name(value)}")
-    if len(value) > max_length:
-        raise PayloadError(f"{where}: longer than {max_length} characters ({len(value)})")
-    if _SURROGATE.search(value):
-        raise PayloadError(f"{where}: contains an unpaired UTF-16 surrogate")
-    return value
+class WireBody(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    rename={
+        "group_key": "groupKey",
+        "truncated_alerts": "truncatedAlerts",
+        "group_labels": "groupLabels",
+        "common_labels": "commonLabels",
+        "common_annotations": "commonAnnotations",
+        "external_url": "externalURL",
+    },
+):
+    """The body as Alertmanager writes it."""
+
+    version: Literal["4"]  # SUPPORTED_VERSION
+    group_key: _Value
+    status: Status
+    receiver: _Value
+    alerts: Annotated[list[WireAlert], msgspec.Meta(max_length=MAX_ALERTS)]
+    truncated_alerts: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
+    group_labels: _Map | None = None
+    common_labels: _Map | None = None
+    common_annotations: _Map | None = None
+    external_url: _Value = ""
 
 
-def _optional_string(obj: Mapping[str, object], key: str, path: str) -> str:
-    value = obj.get(key, "")
-    return _string(value, f"{path}{key}")
+_DECODER = msgspec.json.Decoder(WireBody)
+_TOO_MANY = f"$.alerts: expected `array` of length <= {MAX_ALERTS}"
+_OTHER_VERSION = "$.version: invalid enum value "
 
 
-def _status(value: object, where: str) -> str:
-    status = _string(value, where)
-    if status not in ALERT_STATUSES:
-        raise PayloadError(f"{where}: must be 'firing' or 'resolved', got {status[:64]!r}")
-    return status
+# ---------------------------------------------------------------- decoding
 
 
-def _string_map(value: object, where: str, *, optional: bool) -> dict[str, str]:
-    if value is None and optional:
-        return {}
-    if not isinstance(value, dict):
-        raise PayloadError(f"{where}: must be an object of strings, got {_type_name(value)}")
-    if len(value) > MAX_LABELS:
-        raise PayloadError(f"{where}: more than {MAX_LABELS} entries ({len(value)})")
-    result: dict[str, str] = {}
-    for name, item in value.items():
-        # json.loads only makes string keys; a caller's dict may not
-        if not isinstance(name, str) or not name:
-            raise PayloadError(f"{where}: names must be non-empty strings, got {name!r:.64}")
-        _string(name, f"{where}: name {name[:64]!r}", max_length=MAX_NAME_LENGTH)
-        result[name] = _string(item, f"{where}[{name[:64]!r}]")
-    return result
+def decode_payload(raw: bytes) -> WebhookPayload:
+    """A WebhookPayload from a request body; PayloadError (one line, naming the field's path)
+    for anything that is not a valid version-4 payload in UTF-8 JSON."""
+    if not raw.isascii():
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PayloadError(
+                f"malformed JSON: not UTF-8: {exc.reason} at byte {exc.start}"
+            ) from None
+    try:
+        body = _DECODER.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise PayloadError(_worded(error_message(exc))) from None
+    except msgspec.DecodeError as exc:
+        text = str(exc).removeprefix("JSON is malformed: ")
+        raise PayloadError(f"malformed JSON: {lower_first(text)}") from None
+    except RecursionError:
+        raise PayloadError("malformed JSON: nested too deeply") from None
+    return WebhookPayload(
+        version=body.version,
+        group_key=body.group_key,
+        status=body.status,
+        receiver=body.receiver,
+        alerts=tuple(_alert(wire, f"$.alerts[{i}]") for i, wire in enumerate(body.alerts)),
+        truncated_alerts=body.truncated_alerts,
+        group_labels=body.group_labels or {},
+        common_labels=body.common_labels or {},
+        common_annotations=body.common_annotations or {},
+        external_url=body.external_url,
+    )
+
+
+def _worded(message: str) -> str:
+    """The two refusals a sender can act on, said so."""
+    if message == _TOO_MANY:
+        return f"{message}: set max_alerts on the Alertmanager receiver"
+    if message.startswith(_OTHER_VERSION):
+        version = message.removeprefix(_OTHER_VERSION)  # quoted
+        if len(version) > 66:
+            version = f"{version[:65]}...'"
+        return f"$.version: {version} is not supported (only '{SUPPORTED_VERSION}')"
+    return message
+
+
+def _alert(wire: WireAlert, path: str) -> Alert:
+    if FINGERPRINT.fullmatch(wire.fingerprint) is None:
+        raise PayloadError(f"{path}.fingerprint: must be hexadecimal, got {wire.fingerprint!r}")
+    starts_at = _timestamp(wire.starts_at, f"{path}.startsAt")
+    if starts_at is None:
+        raise PayloadError(f"{path}.startsAt: not set (the zero time)")
+    return Alert(
+        fingerprint=wire.fingerprint,
+        status=wire.status,
+        labels=wire.labels,
+        # One episode, one key, however precisely a sender writes its start: Alertmanager keeps
+        # nanoseconds, an alert pushed again through its API may come back with fewer digits.
+        starts_at=episode_start(starts_at),
+        ends_at=None if wire.ends_at is None else _timestamp(wire.ends_at, f"{path}.endsAt"),
+        annotations=wire.annotations or {},
+        generator_url=wire.generator_url,
+    )
+
+
+def _timestamp(text: str, path: str) -> float | None:
+    try:
+        return parse_time(text)
+    except BadTime as exc:
+        raise PayloadError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------- timestamps
 
 
 class BadTime(ValueError):
@@ -147,101 +225,3 @@ def parse_time(text: str) -> float | None:
     if fraction:
         return whole + int(fraction) / float(10 ** len(fraction))
     return float(whole)
-
-
-def _timestamp(value: object, where: str) -> float | None:
-    """Unix seconds, or None for Go's zero time."""
-    text = _string(value, where, max_length=MAX_TIMESTAMP_LENGTH)
-    try:
-        return parse_time(text)
-    except BadTime as exc:
-        raise PayloadError(f"{where}: {exc}") from None
-
-
-def _count(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise PayloadError(f"{where}: must be an integer, got {_type_name(value)}")
-    if not 0 <= value <= MAX_COUNT:
-        raise PayloadError(f"{where}: out of range: {value}")
-    return value
-
-
-def _checked_alert(value: object, index: int) -> Alert:
-    """The alert, every field checked in order: the first fault found is the one raised."""
-    path = f"alerts[{index}]."
-    if not isinstance(value, dict):
-        raise PayloadError(f"alerts[{index}]: must be an object, got {_type_name(value)}")
-    fingerprint = _string(
-        _get(value, "fingerprint", path), f"{path}fingerprint", max_length=MAX_FINGERPRINT_LENGTH
-    )
-    if not FINGERPRINT.fullmatch(fingerprint):
-        raise PayloadError(f"{path}fingerprint: must be hexadecimal, got {fingerprint!r}")
-    starts_at = _timestamp(_get(value, "startsAt", path), f"{path}startsAt")
-    if starts_at is None:
-        raise PayloadError(f"{path}startsAt: not set (the zero time)")
-    # One episode, one key, however precisely a sender writes its start: Alertmanager keeps
-    # nanoseconds, an alert pushed again through its API may come back with fewer digits.
-    starts_at = episode_start(starts_at)
-    ends = value.get("endsAt")
-    return Alert(
-        fingerprint=fingerprint,
-        status=_status(_get(value, "status", path), f"{path}status"),
-        labels=_string_map(_get(value, "labels", path), f"{path}labels", optional=False),
-        starts_at=starts_at,
-        ends_at=None if ends is None else _timestamp(ends, f"{path}endsAt"),
-        annotations=_string_map(value.get("annotations"), f"{path}annotations", optional=True),
-        generator_url=_optional_string(value, "generatorURL", path),
-    )
-
-
-def parse_payload(body: object) -> WebhookPayload:
-    """A WebhookPayload from a decoded JSON body; PayloadError if it is not a valid one."""
-    if not isinstance(body, dict):
-        raise PayloadError(f"the body must be a JSON object, got {_type_name(body)}")
-    version = _get(body, "version", "")
-    if version != SUPPORTED_VERSION:
-        shown = repr(version[:64]) if isinstance(version, str) else _type_name(version)
-        raise PayloadError(f"version: {shown} is not supported (only '{SUPPORTED_VERSION}')")
-    alerts = _get(body, "alerts", "")
-    if not isinstance(alerts, list):
-        raise PayloadError(f"alerts: must be an array, got {_type_name(alerts)}")
-    if len(alerts) > MAX_ALERTS:
-        raise PayloadError(
-            f"alerts: {len(alerts)} alerts, more than {MAX_ALERTS}: set max_alerts on the "
-            "Alertmanager receiver"
-        )
-    return WebhookPayload(
-        version=version,
-        group_key=_string(_get(body, "groupKey", ""), "groupKey"),
-        status=_status(_get(body, "status", ""), "status"),
-        receiver=_string(_get(body, "receiver", ""), "receiver"),
-        alerts=tuple(_checked_alert(a, i) for i, a in enumerate(alerts)),
-        truncated_alerts=_count(body.get("truncatedAlerts", 0), "truncatedAlerts"),
-        group_labels=_string_map(body.get("groupLabels"), "groupLabels", optional=True),
-        common_labels=_string_map(body.get("commonLabels"), "commonLabels", optional=True),
-        common_annotations=_string_map(
-            body.get("commonAnnotations"), "commonAnnotations", optional=True
-        ),
-        external_url=_optional_string(body, "externalURL", ""),
-    )
-
-
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
-
-
-def checked_payload(raw: bytes) -> WebhookPayload:
-    """A WebhookPayload from a request body, every field checked in order; PayloadError for
-    anything else: not UTF-8, not JSON (NaN and Infinity are not JSON), nested deeper than the
-    decoder goes, or not a valid version-4 payload. The message is one line."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PayloadError(f"malformed JSON: not UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        body = json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        raise PayloadError("malformed JSON: nested too deeply") from None
-    except ValueError as exc:
-        raise PayloadError(f"malformed JSON: {exc}") from None
-    return parse_payload(body)

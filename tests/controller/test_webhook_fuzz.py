@@ -37,8 +37,7 @@ from aiohttp import ClientSession, TCPConnector
 from exporter.controller.keys import CLUSTER
 from exporter.controller.settings import ControllerSettings
 from exporter.model.names import is_dns1123_label, is_dns1123_subdomain
-from exporter.model.payload import PayloadError
-from exporter.model.payload_decode import decode_payload
+from exporter.model.payload import PayloadError, decode_payload
 from exporter.settings.server import ServerSettings
 from tests.controller.alert_builders import alert, body, rfc3339
 from tests.controller.builders import T0

@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 from exporter.controller.settings import ControllerSettings
 from exporter.model.alerts import WebhookPayload
-from exporter.model.payload import PayloadError
-from exporter.model.payload_decode import decode_payload
+from exporter.model.payload import PayloadError, decode_payload
 from tests.controller.alert_builders import alert, payload, payload_json
 from tests.controller.builders import T0
 from tests.controller.conftest import AiohttpClient, Client
