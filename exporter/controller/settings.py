@@ -25,6 +25,7 @@ from exporter.metrics.nodes import NodeCollectors
 from exporter.model.guards import GuardPolicy
 from exporter.settings.declare import Setting, build, group, setting
 from exporter.settings.kube import KUBE_CONTEXT, KUBECONFIG
+from exporter.settings.policy import GuardSettings
 from exporter.settings.server import ServerSettings
 from exporter.settings.values import (
     ADDRESS,
@@ -189,7 +190,7 @@ class ExecutorSettings:
         BOOLEAN,
         aliases=("--dry-run",),
     )
-    policy: GuardPolicy = group(GuardPolicy)
+    policy: GuardPolicy = group(GuardSettings, builds=GuardPolicy)
     api_qps: float = setting(
         "--apiserver.qps",
         "5",
@@ -319,7 +320,7 @@ class PlanSettings:
     context: str = KUBE_CONTEXT.field()
     wave_label: str = WAVE_LABEL.field()
     wave_gap: float = WAVE_GAP.field()
-    policy: GuardPolicy = group(GuardPolicy)
+    policy: GuardPolicy = group(GuardSettings, builds=GuardPolicy)
     output: str = setting(
         "--output",
         "text",

@@ -20,8 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.model.kube import PodInfo
-from exporter.settings.declare import setting
-from exporter.settings.values import BOOLEAN
 
 #: Why a pod is left on the node (bounded: the drain's message and ``plan`` print them).
 MIRROR = "mirror pod"
@@ -35,30 +33,11 @@ SKIP_REASONS = (MIRROR, DAEMONSET, FINISHED, TERMINATING, BARE, EMPTYDIR)
 
 @dataclass(frozen=True, slots=True)
 class DrainPolicy:
-    """What a drain evicts beyond kubectl's defaults (shared by the controller and ``plan``)."""
+    """What a drain evicts beyond kubectl's defaults (shared by the controller and ``plan``; the
+    flags that set it are declared in exporter.settings.policy)."""
 
-    force: bool = setting(
-        "--drain.force",
-        "true",
-        "a drain also evicts pods no controller owns (bare pods: nothing recreates them), as "
-        "kubectl drain --force",
-        BOOLEAN,
-        doc="a drain also evicts pods no controller owns (bare pods, which nothing recreates), "
-        "as `kubectl drain --force`. On by default, unlike kubectl: the node drained is failing, "
-        "and Kubernetes' own taint-based eviction would remove them from it after 300 s anyway "
-        "(see [hook.md](hook.md#the-steps)); `--no-drain.force` leaves them on the node",
-    )
-    delete_emptydir_data: bool = setting(
-        "--drain.delete-emptydir-data",
-        "true",
-        "a drain also evicts pods with emptyDir volumes (their data is lost), as kubectl drain "
-        "--delete-emptydir-data",
-        BOOLEAN,
-        doc="a drain also evicts pods with `emptyDir` volumes, whose data is lost, as `kubectl "
-        "drain --delete-emptydir-data`. On by default, unlike kubectl: the data is scratch "
-        "space on a failing node, lost with it; `--no-drain.delete-emptydir-data` leaves such "
-        "pods on the node",
-    )
+    force: bool  # also pods no controller owns (kubectl drain --force)
+    delete_emptydir_data: bool  # also pods with emptyDir volumes (--delete-emptydir-data)
 
 
 def disposition(pod: PodInfo, policy: DrainPolicy) -> str | None:

@@ -1,8 +1,8 @@
 """The rollback guards: whether an accepted-looking plan may run now (pure; time passed in).
 
 ``evaluate`` checks one plan against the cluster view, the plans accepted so far
-(``GuardState``) and the policy (the flags), and returns a ``Refusal`` with a bounded ``reason``
-or None. Guards, in the order they are checked:
+(``GuardState``) and the policy (``GuardPolicy``, which the flags set), and returns a
+``Refusal`` with a bounded ``reason`` or None. Guards, in the order they are checked:
 
 - ``control_plane``, ``protected``, ``other_remediator``: nodes nodesync never touches (labels
   node-role.kubernetes.io/control-plane or /master; nodesync.io/protected=true; a taint of
@@ -52,14 +52,6 @@ from exporter.model.drain import DrainPolicy
 from exporter.model.kube import NodeCondition, NodeInfo
 from exporter.model.rollback import Action, NodeRollback, Phase, Plan, Refusal
 from exporter.model.rollback_state import touched
-from exporter.settings.declare import group, setting
-from exporter.settings.values import (
-    BOOLEAN,
-    COUNT,
-    FRACTION,
-    POSITIVE_COUNT,
-    POSITIVE_DURATION,
-)
 
 CONTROL_PLANE = "control_plane"
 PROTECTED = "protected"
@@ -90,74 +82,19 @@ _EPSILON = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class GuardPolicy:
-    """What a rollback may do, as the flags say (shared by the controller and ``plan``)."""
+    """What a rollback may do (shared by the controller and ``plan``; the flags that set it are
+    declared in exporter.settings.policy)."""
 
-    delete_nodes: bool = setting(
-        "--rollback.delete-nodes",
-        "false",
-        "end a node rollback by deleting the Node",
-        BOOLEAN,
-        aliases=("--delete-nodes",),
-    )
-    scaleout_window: float = setting(
-        "--guard.scaleout-window",
-        "30m",
-        "only nodes created at most this long before their trouble began are rolled back",
-        POSITIVE_DURATION,
-        aliases=("--scaleout-window",),
-    )
-    max_rollbacks: int = setting(
-        "--guard.max-rollbacks",
-        "10",
-        "at most this many nodes rolled back within --guard.max-rollbacks-window, all waves "
-        "together",
-        COUNT,
-        aliases=("--max-rollbacks",),
-    )
-    max_rollbacks_window: float = setting(
-        "--guard.max-rollbacks-window",
-        "1h",
-        "the sliding window --guard.max-rollbacks counts in",
-        POSITIVE_DURATION,
-        aliases=("--max-rollbacks-window",),
-    )
-    max_rollback_fraction: float = setting(
-        "--guard.max-rollback-fraction",
-        "0.1",
-        "at most this fraction of a scale-out wave is rolled back (at least one node)",
-        FRACTION,
-        aliases=("--max-rollback-fraction",),
-    )
-    correlated_failure_fraction: float = setting(
-        "--guard.correlated-failure-fraction",
-        "0.3",
-        "pause every action while at least this fraction of the established nodes fail",
-        FRACTION,
-        aliases=("--correlated-failure-fraction",),
-    )
-    correlated_failure_min_nodes: int = setting(
-        "--guard.correlated-failure-min-nodes",
-        "2",
-        "... and at least this many established nodes fail",
-        POSITIVE_COUNT,
-        aliases=("--correlated-failure-min-nodes",),
-    )
-    node_monitor_grace_period: float = setting(
-        "--guard.node-monitor-grace-period",
-        "50s",
-        "a Lease older than this is stale (kube-controller-manager's flag of that name)",
-        POSITIVE_DURATION,
-        aliases=("--node-monitor-grace-period",),
-    )
-    max_concurrent_rollbacks: int = setting(
-        "--guard.max-concurrent-rollbacks",
-        "3",
-        "node rollbacks draining, cleaning up or deleting at once; further ones wait, "
-        "cordoned and tainted",
-        POSITIVE_COUNT,
-        aliases=("--max-concurrent-rollbacks",),
-    )
-    drain: DrainPolicy = group(DrainPolicy)  # which pods a drain evicts
+    delete_nodes: bool  # end a node rollback by deleting the Node
+    scaleout_window: float  # seconds: only nodes created this long before their trouble
+    max_rollbacks: int  # nodes rolled back within max_rollbacks_window, all waves together
+    max_rollbacks_window: float  # seconds
+    max_rollback_fraction: float  # of a scale-out wave (at least one node)
+    correlated_failure_fraction: float  # of the established nodes failing: every plan waits
+    correlated_failure_min_nodes: int  # ... and at least this many of them
+    node_monitor_grace_period: float  # seconds: a Lease older than this is stale
+    max_concurrent_rollbacks: int  # node rollbacks past their cordon and taint at once
+    drain: DrainPolicy  # which pods a drain evicts
 
 
 # ---------------------------------------------------------------- node health

@@ -6,10 +6,13 @@ docs/configuration.md (exporter.settings.docs) are derived from it.
     @dataclass(frozen=True, slots=True)
     class AgentSettings:
         sync_period: float = setting("--sync-period", "10s", "how often ...", POSITIVE_DURATION)
-        policy: GuardPolicy = group(GuardPolicy)     # another class's settings, nested
+        server: ServerSettings = group(ServerSettings)     # another class's settings, nested
+        policy: GuardPolicy = group(GuardSettings, builds=GuardPolicy)  # a model value
 
 The field's default is the declared default, parsed: ``AgentSettings()`` is what the command
-line gives without flags or environment. Pure: no I/O, usable from exporter.model.
+line gives without flags or environment. A group that ``builds`` a model value holds that value
+(a dataclass of exporter.model with the same field names), built from the settings declared by
+the group's class: the model knows no flags. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ T = TypeVar("T")
 PREFIX = "NODESYNC_"
 _SETTING = "nodesync.setting"
 _GROUP = "nodesync.group"
+_BUILDS = "nodesync.builds"
 
 
 def env_name(flag: str) -> str:
@@ -94,9 +98,29 @@ def setting(
     return Setting(flag, default, help, kind, env=env, doc=doc, aliases=aliases).field()
 
 
-def group(cls: type[Any]) -> Any:
-    """A dataclass field holding another class's settings (declared there)."""
-    return dataclasses.field(default_factory=cls, metadata={_GROUP: cls})
+def group(cls: type[Any], *, builds: type[Any] | None = None) -> Any:
+    """A dataclass field holding another class's settings (declared there); with ``builds``,
+    the model value built from them (see :func:`model_of`)."""
+    if builds is None:
+        return dataclasses.field(default_factory=cls, metadata={_GROUP: cls})
+    model = builds
+    return dataclasses.field(
+        default_factory=lambda: model_of(cls(), model), metadata={_GROUP: cls, _BUILDS: builds}
+    )
+
+
+def model_of(settings: object, model: type[T]) -> T:
+    """The model value ``model`` (a dataclass with the same field names) that ``settings``
+    declare."""
+    names = (f.name for f in dataclasses.fields(settings))  # type: ignore[arg-type]
+    return model(**{name: getattr(settings, name) for name in names})
+
+
+def _declared(settings: object, cls: type[Any] | None) -> Iterator[tuple[Any, Any]]:
+    """Each field ``cls`` declares (``settings``' class by default) and its value in
+    ``settings`` (which may be the model value a group builds)."""
+    for f in dataclasses.fields(cls or settings):  # type: ignore[arg-type]
+        yield f, getattr(settings, f.name)
 
 
 def settings_of(cls: type[Any]) -> Iterator[Setting]:
@@ -108,15 +132,14 @@ def settings_of(cls: type[Any]) -> Iterator[Setting]:
             yield from settings_of(nested)
 
 
-def values_of(settings: object) -> dict[str, Any]:
+def values_of(settings: object, cls: type[Any] | None = None) -> dict[str, Any]:
     """The settings' values by destination name, their groups' included."""
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(settings):  # type: ignore[arg-type]
-        value = getattr(settings, f.name)
+    for f, value in _declared(settings, cls):
         if (declared := f.metadata.get(_SETTING)) is not None:
             out[declared.dest] = value
-        elif f.metadata.get(_GROUP) is not None:
-            out.update(values_of(value))
+        elif (nested := f.metadata.get(_GROUP)) is not None:
+            out.update(values_of(value, nested))
     return out
 
 
@@ -161,17 +184,18 @@ def build(cls: type[T], values: Mapping[str, Any] | object) -> T:
         if (declared := f.metadata.get(_SETTING)) is not None:
             given[f.name] = get(declared.dest)
         elif (nested := f.metadata.get(_GROUP)) is not None:
-            given[f.name] = build(nested, values)
+            group_settings = build(nested, values)
+            model = f.metadata.get(_BUILDS)
+            given[f.name] = group_settings if model is None else model_of(group_settings, model)
     return cls(**given)
 
 
-def log_fields(settings: object) -> dict[str, Any]:
+def log_fields(settings: object, cls: type[Any] | None = None) -> dict[str, Any]:
     """The settings as flat fields for the start-up log line (groups flattened)."""
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(settings):  # type: ignore[arg-type]
-        value = getattr(settings, f.name)
-        if f.metadata.get(_GROUP) is not None:
-            out.update(log_fields(value))
+    for f, value in _declared(settings, cls):
+        if (nested := f.metadata.get(_GROUP)) is not None:
+            out.update(log_fields(value, nested))
         elif f.repr:
             out[f.name] = value
     return out

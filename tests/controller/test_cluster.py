@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import random
 from collections.abc import AsyncIterator, Callable
@@ -22,9 +23,10 @@ from exporter.kube.convert import lease_info, node_summary
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.nodes import NodeCollectors
 from exporter.model.clusterview import KUBELET_CONDITIONS, VIEW_TAINTS, build_view, view_labels
-from exporter.model.guards import GuardPolicy, correlated_failure
+from exporter.model.guards import correlated_failure
 from exporter.model.health import counts
 from exporter.model.rfc3339 import format_micro_time, format_time
+from exporter.settings.policy import default_policy
 from nodesync_sim.apiserver import APIServer
 from nodesync_sim.apiserver.store import Store
 from tests.controller.builders import T0
@@ -295,7 +297,7 @@ async def test_incremental_text_equals_a_from_scratch_render(server: APIServer, 
                     f"checkpoint {checkpoint}",
                 )
                 view = cluster.view()
-                policy = GuardPolicy(scaleout_window=300.0)
+                policy = dataclasses.replace(default_policy(), scaleout_window=300.0)
                 scanned = counts(
                     (n.health for n in view.nodes),
                     T0 + 500,

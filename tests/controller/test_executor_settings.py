@@ -8,7 +8,9 @@ import pytest
 
 from exporter.commandline import parse_settings
 from exporter.controller.settings import ExecutorSettings
+from exporter.model.drain import DrainPolicy
 from exporter.model.guards import GuardPolicy
+from exporter.settings.policy import default_policy
 
 
 def parse(argv: list[str], environ: Mapping[str, str] | None = None) -> ExecutorSettings:
@@ -18,7 +20,7 @@ def parse(argv: list[str], environ: Mapping[str, str] | None = None) -> Executor
 def test_defaults() -> None:
     settings = parse([])
     assert settings == ExecutorSettings()
-    assert settings.policy == GuardPolicy()
+    assert settings.policy == default_policy()
     assert (settings.dry_run, settings.policy.delete_nodes, settings.leader_elect) == (False,) * 3
     assert (settings.api_qps, settings.api_burst) == (5.0, 10)
     assert (settings.eviction_timeout, settings.cleanup_ack_timeout, settings.cleanup_timeout) == (
@@ -71,6 +73,7 @@ def test_flags_and_environment() -> None:
         correlated_failure_min_nodes=3,
         node_monitor_grace_period=40.0,
         max_concurrent_rollbacks=1,
+        drain=DrainPolicy(force=True, delete_emptydir_data=True),
     )
     assert (settings.api_qps, settings.api_burst) == (2.5, 4)
     assert (settings.eviction_timeout, settings.cleanup_timeout) == (30.0, 60.0)

@@ -3,6 +3,8 @@ wait — the same function for the controller and ``nodesync plan``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from exporter.model.alerts import Alert
 from exporter.model.decision import (
     ESCALATE,
@@ -13,11 +15,12 @@ from exporter.model.decision import (
     decide,
     new_rollback,
 )
-from exporter.model.guards import GuardPolicy, GuardState
+from exporter.model.guards import GuardState
 from exporter.model.rollback import Action, StepKind
+from exporter.settings.policy import default_policy
 from tests.model.test_guards import NOW, cluster, new_node, view_of
 
-POLICY = GuardPolicy()
+POLICY = default_policy()
 
 
 def alert(node: str, action: str = "rollback_node", fp: str = "a1", pod: str = "p") -> Alert:
@@ -89,7 +92,7 @@ def test_a_correlated_failure_makes_new_alerts_wait() -> None:
 def test_the_new_rollback_records_the_decision_and_is_named_by_it() -> None:
     view = view_of([new_node(f"n{i}") for i in range(10)])
     state = GuardState()
-    decision = decide(alert("n3"), view, state, GuardPolicy(delete_nodes=True), NOW)
+    decision = decide(alert("n3"), view, state, replace(POLICY, delete_nodes=True), NOW)
     plan = decision.plan
     assert plan is not None
     rollback = new_rollback(plan, view, state, POLICY, NOW, decided_by="controller-0")

@@ -19,11 +19,13 @@ from exporter.model.drain import (
     disposition,
 )
 from exporter.model.kube import PodInfo
+from exporter.settings.policy import default_policy
 
 POD = PodInfo(
     uid="u", namespace="ns", name="p", node_name="n", phase="Running", created_at=0.0,
     owner_kind="ReplicaSet",
 )  # fmt: skip
+DEFAULT = DrainPolicy(force=True, delete_emptydir_data=True)  # as the flags' defaults
 KUBECTL = DrainPolicy(force=False, delete_emptydir_data=False)
 
 
@@ -42,17 +44,21 @@ KUBECTL = DrainPolicy(force=False, delete_emptydir_data=False)
     ],
 )
 def test_disposition(pod: PodInfo, default: str | None, kubectl: str | None) -> None:
-    assert disposition(pod, DrainPolicy()) == default
+    assert disposition(pod, DEFAULT) == default
     assert disposition(pod, KUBECTL) == kubectl
+
+
+def test_the_default_is_the_flags_default() -> None:
+    assert default_policy().drain == DEFAULT
 
 
 def test_each_flag_alone() -> None:
     scratch = replace(POD, empty_dir=True)
     bare = replace(POD, owner_kind="")
-    assert disposition(bare, DrainPolicy(force=False)) == BARE
-    assert disposition(scratch, DrainPolicy(force=False)) is None
-    assert disposition(scratch, DrainPolicy(delete_emptydir_data=False)) == EMPTYDIR
-    assert disposition(bare, DrainPolicy(delete_emptydir_data=False)) is None
+    assert disposition(bare, replace(DEFAULT, force=False)) == BARE
+    assert disposition(scratch, replace(DEFAULT, force=False)) is None
+    assert disposition(scratch, replace(DEFAULT, delete_emptydir_data=False)) == EMPTYDIR
+    assert disposition(bare, replace(DEFAULT, delete_emptydir_data=False)) is None
 
 
 def test_an_emptydir_volume_is_read_from_the_pod_spec() -> None:

@@ -14,7 +14,6 @@ from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.guards import (
     DEFERRING,
     REASONS,
-    GuardPolicy,
     GuardState,
     budget,
     correlated_failure,
@@ -28,10 +27,11 @@ from exporter.model.kube import LeaseInfo, NodeCondition, NodeInfo, Taint
 from exporter.model.planner import plan_alert
 from exporter.model.rollback import Phase, Plan
 from exporter.model.waves import WaveTracker
+from exporter.settings.policy import default_policy
 from tests.controller.builders import T0, lease, node
 from tests.model.rollbacks import node_rollback
 
-POLICY = GuardPolicy()
+POLICY = default_policy()
 MIN = 60.0
 NOW = T0 + 10 * MIN
 
@@ -324,8 +324,8 @@ def test_waves_have_their_own_budget() -> None:
 
 def test_absolute_cap_over_a_sliding_window() -> None:
     view = view_of([new_node(f"n{i:02}", T0 + i) for i in range(50)])
-    policy = GuardPolicy(
-        max_rollbacks=3, max_rollbacks_window=600, max_rollback_fraction=1.0,
+    policy = replace(
+        POLICY, max_rollbacks=3, max_rollbacks_window=600, max_rollback_fraction=1.0,
         max_concurrent_rollbacks=100,
     )  # fmt: skip
     state = GuardState()

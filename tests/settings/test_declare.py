@@ -36,6 +36,18 @@ class Outer:
     secret: str = field(default="", repr=False)
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A model value: it knows no flags."""
+
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    limits: Limits = group(Inner, builds=Limits)
+
+
 def test_the_default_is_the_declared_default_parsed() -> None:
     assert Outer() == Outer(period=90.0, enabled=False, inner=Inner(limit=3), shared="x")
 
@@ -84,3 +96,11 @@ def test_a_default_that_does_not_parse_fails_at_declaration() -> None:
 def test_log_fields_flatten_groups_and_leave_out_secrets() -> None:
     fields = log_fields(Outer(secret="hush"))
     assert fields == {"period": 90.0, "enabled": False, "limit": 3, "shared": "x"}
+
+
+def test_a_group_that_builds_a_model_value_holds_it() -> None:
+    assert Holder() == Holder(limits=Limits(limit=3))
+    assert [s.flag for s in settings_of(Holder)] == ["--limit"]
+    assert build(Holder, {"limit": 7}) == Holder(limits=Limits(limit=7))
+    assert changed(Holder(), limit=9) == Holder(limits=Limits(limit=9))
+    assert log_fields(Holder(limits=Limits(limit=4))) == {"limit": 4}
