@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from exporter.controller.journal import (
-    _MIGRATIONS,
     DECISION_VERDICTS,
     LAST_SEEN_RESOLUTION,
     SCHEMA_VERSION,
@@ -26,6 +25,7 @@ from exporter.controller.journal import (
     JournalError,
     RecordResult,
 )
+from exporter.controller.journal.schema import MIGRATIONS
 from exporter.model.alerts import episode_start
 from tests.controller.alert_builders import alert, payload
 from tests.controller.builders import T0
@@ -307,7 +307,7 @@ async def test_a_version_1_journal_is_migrated_its_plans_becoming_decisions(
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
         conn.execute("INSERT INTO schema_version VALUES (1)")
-        for statement in _MIGRATIONS[0]:
+        for statement in MIGRATIONS[0]:
             conn.execute(statement)
         for fingerprint in ("aaaa", "bbbb", "cccc", "dddd"):
             conn.execute(
