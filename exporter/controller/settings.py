@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from exporter.metrics.nodes import NodeCollectors
-from exporter.model.guards import GuardPolicy
+from exporter.model.guards.policy import GuardPolicy
 from exporter.settings.declare import Setting, build, group, setting
 from exporter.settings.kube import KUBE_CONTEXT, KUBECONFIG
 from exporter.settings.policy import GuardSettings

@@ -51,7 +51,8 @@ from exporter.kube.errors import KubeError
 from exporter.kube.writer import EvictionResult, KubeWriter
 from exporter.model.cleanup import CleanupState, CleanupStatus
 from exporter.model.drain import disposition
-from exporter.model.guards import is_recovered, never_touch
+from exporter.model.guards import never_touch
+from exporter.model.health import is_recovered
 from exporter.model.kube import TAINT_NODESYNC, NodeInfo, Taint
 from exporter.model.rollback import (
     CLEANUP_REQUEST_ANNOTATION,

@@ -27,9 +27,9 @@ from exporter.model.guards import (
     GuardState,
     correlated_failure,
     evaluate,
-    failing_since,
     wave_budget,
 )
+from exporter.model.health import failing_since
 from exporter.model.planner import plan_alert
 from exporter.model.rollback import (
     STRENGTH,
@@ -118,7 +118,7 @@ def new_rollback(
             decided_by=decided_by,
             node_created_at=node.created_at if node is not None else 0.0,
             failing_since=(
-                failing_since(node, now, policy.node_monitor_grace_period)
+                failing_since(node.health, now, policy.node_monitor_grace_period)
                 if node is not None
                 else None
             ),

@@ -75,6 +75,20 @@ def is_failing(health: NodeHealth, now: float, grace: float) -> bool:
     return health.ready_since is not None or lease_stale(health.lease_renew_time, now, grace)
 
 
+def is_recovered(
+    conditions: Iterable[NodeCondition], lease_renew_time: float | None, now: float, grace: float
+) -> bool:
+    """Ready is True and the Lease was renewed within ``grace`` (of a Node read live: a rollback
+    stops when its node recovered)."""
+    ready = next((c for c in conditions if c.type == "Ready"), None)
+    return (
+        ready is not None
+        and ready.status == "True"
+        and lease_renew_time is not None
+        and now - lease_renew_time <= grace
+    )
+
+
 def is_established(health: NodeHealth, now: float, window: float, grace: float) -> bool:
     """Joined at least ``window`` ago, and did not start failing inside its window."""
     if now - health.created_at < window:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.model.drain import DrainPolicy
-from exporter.model.guards import GuardPolicy
+from exporter.model.guards.policy import GuardPolicy
 from exporter.settings.declare import group, model_of, setting
 from exporter.settings.values import (
     BOOLEAN,

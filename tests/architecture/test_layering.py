@@ -17,7 +17,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # A module that breaks the contract, and the import it gains.
 BREAKS = {
     "product-without-simulator": ("exporter/controller/app.py", "import nodesync_sim.flags"),
-    "model-pure": ("exporter/model/guards.py", "import socket"),
+    "model-pure": ("exporter/model/guards/checks.py", "import socket"),
     "model-knows-no-flags": ("exporter/model/drain.py", "import exporter.settings.values"),
     "metrics-pure": ("exporter/metrics/nodes.py", "import sqlite3"),
     "boundaries-independent": ("exporter/kube/api.py", "import exporter.cri.client"),

@@ -18,11 +18,10 @@ from exporter.model.guards import (
     budget,
     correlated_failure,
     evaluate,
-    failing_since,
-    is_recovered,
     never_touch,
     wave_limit,
 )
+from exporter.model.health import failing_since, is_recovered
 from exporter.model.kube import LeaseInfo, NodeCondition, NodeInfo, Taint
 from exporter.model.planner import plan_alert
 from exporter.model.rollback import Phase, Plan
@@ -198,7 +197,7 @@ def test_health(
 ) -> None:
     n = node("n", T0 - MIN, conditions=conditions)
     view = view_of([n], [lease("n", renew)])
-    assert failing_since(view.nodes[0], NOW, 50.0) == since
+    assert failing_since(view.nodes[0].health, NOW, 50.0) == since
     assert is_recovered(conditions, renew, NOW, 50.0) is recovered
 
 

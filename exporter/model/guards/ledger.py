@@ -1,0 +1,105 @@
+"""The rollbacks decided so far, as the guards count them: the NodeRollbacks in the cluster,
+plus what this pass decided. A controller that takes over after a failover counts what the one
+before it decided."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from exporter.model.rollback import Action, NodeRollback, Phase, Plan
+from exporter.model.rollback_state import touched
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What the guards need of one rollback decided so far."""
+
+    node: str
+    action: Action
+    wave: str
+    accepted_at: float
+    active: bool  # not finished
+    counts: bool  # counts against the blast radius (a node rollback that did or may act)
+    pod: tuple[str, str] = ("", "")  # (namespace, name) of an evict_pod rollback
+
+    @property
+    def node_level(self) -> bool:
+        return self.action in (Action.ROLLBACK_NODE, Action.CLEANUP_ORPHANS)
+
+
+@dataclass(slots=True)
+class GuardState:
+    """The rollbacks decided so far, by name: the NodeRollbacks in the cluster (:meth:`of`),
+    plus what this pass decided (:meth:`accept`)."""
+
+    _decided: dict[str, Decided] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rollbacks: Iterable[NodeRollback]) -> GuardState:
+        state = cls()
+        for r in rollbacks:
+            node_rollback = r.spec.action is Action.ROLLBACK_NODE
+            pod = (r.spec.pod.namespace, r.spec.pod.name) if r.spec.pod is not None else ("", "")
+            state._decided[r.name] = Decided(
+                node=r.spec.node,
+                action=r.spec.action,
+                wave=r.spec.wave,
+                accepted_at=r.spec.decision.decided_at,
+                active=r.active,
+                counts=node_rollback
+                and (r.status.phase is not Phase.CANCELLED or touched(r.status)),
+                pod=pod,
+            )
+        return state
+
+    def accept(self, key: str, plan: Plan, now: float, *, active: bool = True) -> None:
+        """Count a plan decided now (before its NodeRollback is in the cluster's view)."""
+        pod = next(((s.namespace, s.pod) for s in plan.steps if s.pod), ("", ""))
+        self.accept_decided(key, plan.node, plan.action, plan.wave, now, active=active, pod=pod)
+
+    def accept_decided(
+        self,
+        key: str,
+        node: str,
+        action: Action,
+        wave: str,
+        at: float,
+        *,
+        active: bool = True,
+        pod: tuple[str, str] = ("", ""),
+    ) -> None:
+        """Count a decision made at ``at`` (e.g. one of a dry run, which made no object)."""
+        self._decided[key] = Decided(
+            node=node,
+            action=action,
+            wave=wave,
+            accepted_at=at,
+            active=active,
+            counts=action is Action.ROLLBACK_NODE,
+            pod=pod,
+        )
+
+    def active_on(
+        self, node: str, *, node_level: bool, pod: tuple[str, str] = ("", "")
+    ) -> tuple[str, Decided] | None:
+        """The active rollback an alert about ``node`` would join: a node-level one, or (for
+        an eviction) one evicting the same pod."""
+        for name, d in sorted(self._decided.items()):
+            if not d.active or d.node != node:
+                continue
+            if d.node_level and (node_level or d.action is Action.ROLLBACK_NODE):
+                return name, d
+            if not node_level and not d.node_level and d.pod == pod:
+                return name, d
+        return None
+
+    def running(self) -> int:
+        """Active node rollbacks."""
+        return sum(1 for d in self._decided.values() if d.active and d.counts)
+
+    def nodes_in_window(self, now: float, window: float) -> set[str]:
+        return {d.node for d in self._decided.values() if d.counts and now - d.accepted_at < window}
+
+    def nodes_in_wave(self, wave: str) -> set[str]:
+        return {d.node for d in self._decided.values() if d.counts and d.wave == wave}
