@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from exporter import serve
 from exporter.metrics.http import CLIENT_ERROR_REASONS
 from exporter.serve import Served, connection_cap, harden
+from exporter.serve.lifecycle import bounded_exception_handler
 from exporter.settings.server import ServerSettings
 from tests.metrics.exposition import labels, series
 
@@ -233,7 +234,7 @@ async def test_running_out_of_descriptors_is_logged_once_a_minute(
 ) -> None:
     loop = asyncio.get_running_loop()
     previous = loop.get_exception_handler()
-    serve._bounded_exception_handler(loop)
+    bounded_exception_handler(loop)
     try:
         with caplog.at_level(logging.ERROR, logger="asyncio"):
             for _ in range(10_000):  # what the accept loop says, at any rate
