@@ -6,6 +6,9 @@ module builds the URLs, authenticates (bearer token, client certificates, token 
 exporter.kube.config) and owns the connection pool. Every request has a deadline; a watch's
 deadline is a bit above its server-side ``timeoutSeconds``, so a silent connection cannot hang
 it. Failures are raised as :mod:`exporter.kube.errors`.
+
+Stays whole: one client, whose requests share its session, deadlines and error translation; the
+helpers below it serve it alone.
 """
 
 from __future__ import annotations

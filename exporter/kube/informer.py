@@ -17,6 +17,9 @@ The protocol is client-go's reflector, reduced to what nodesync needs:
 Objects travel as plain dicts and are converted with the function given; one that cannot be
 converted is skipped, counted and logged, and the rest is served. Handlers run synchronously in
 the informer's task and must be quick; an exception in a handler is logged and ignored.
+
+Stays whole: one protocol, client-go's reflector, whose steps share the resourceVersion, the
+cache and the backoff; apart, each part would reach into the others' state.
 """
 
 from __future__ import annotations
