@@ -1,20 +1,27 @@
-"""API JSON objects (plain dicts) -> exporter.model.kube dataclasses.
+"""API JSON objects (plain dicts) -> exporter.model.kube dataclasses, through msgspec structs.
 
-Tolerant by design: a field of the wrong type or shape is treated as absent and gets the
-model's default, so an odd object still converts. Only an object without identity (no metadata,
-no name, no namespace for a namespaced kind) raises :class:`ConversionError`; callers that
-convert lists skip such an object, count and log it, and keep the rest.
+Each kind is read as a msgspec struct holding only the fields nodesync reads (below; a field to
+read more of an object is one line in its struct and one in its converter). The structs are
+checked as the API server's types say: an object with a field of the wrong type or shape, or
+without identity (no metadata, no name, no namespace for a namespaced kind), raises
+:class:`ConversionError` with the field's JSON path (``$.spec.taints[0].key: expected `str`,
+got `int```). Callers that convert lists and watches skip such an object, count and log it,
+and keep the rest: one bad object never fails a list.
 
-Timestamps are RFC 3339 strings (Time: seconds; MicroTime: microseconds) and become Unix
-seconds as floats; a missing or unparsable time is None (``created_at``: 0.0, i.e. "old").
-A pod without a phase is Pending (the API server creates every pod Pending).
+``null`` is read as absent wherever the API server may omit a field. Timestamps are RFC 3339
+strings (Time: seconds; MicroTime: microseconds) and become Unix seconds as floats; a missing
+or unparsable time is None (``created_at``: 0.0, i.e. "old"). A pod without a phase is Pending
+(the API server creates every pod Pending).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Annotated, Any, TypeVar
 
+import msgspec
+
+from exporter.model.codec import error_message
 from exporter.model.kube import (
     ContainerStatusInfo,
     LeaseInfo,
@@ -30,10 +37,7 @@ ANNOTATION_MIRROR = "kubernetes.io/config.mirror"
 
 
 class ConversionError(ValueError):
-    """The object cannot be converted at all (it has no usable identity)."""
-
-
-# ---------------------------------------------------------------- field readers
+    """The object cannot be converted: the message gives the field's path and the fault."""
 
 
 def timestamp(value: Any) -> float | None:
@@ -41,101 +45,191 @@ def timestamp(value: Any) -> float | None:
     return parse_time(value)
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
+# ---------------------------------------------------------------- the structs
+
+_Name = Annotated[str, msgspec.Meta(min_length=1)]
+_Labels = dict[str, str] | None
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+class _Struct(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    """An API object's part: camelCase on the wire, unknown fields ignored."""
 
 
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+class OwnerReference(_Struct, frozen=True, gc=False):
+    kind: str = ""
+    controller: bool | None = None
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            return None
-    return None
+class ObjectMeta(_Struct, frozen=True, gc=False):
+    name: _Name
+    uid: str = ""
+    resource_version: str = ""
+    creation_timestamp: str | None = None
+    labels: _Labels = None
+    annotations: _Labels = None
 
 
-def _bool(value: Any) -> bool:
-    return value is True
+class NamespacedMeta(ObjectMeta, frozen=True, gc=False):
+    namespace: _Name = ""  # required in practice: checked by _namespaced
+    owner_references: list[OwnerReference] | None = None
+    deletion_timestamp: str | None = None
+    deletion_grace_period_seconds: int | None = None
 
 
-def _string_map(value: Any) -> dict[str, str]:
-    """Labels/annotations: string keys and values only (null values are dropped)."""
-    return {k: v for k, v in _dict(value).items() if isinstance(k, str) and isinstance(v, str)}
+class TaintWire(_Struct, frozen=True, gc=False):
+    key: str = ""
+    effect: str = ""
+    value: str = ""
+    time_added: str | None = None
 
 
-def _metadata(obj: Any, *, namespaced: bool) -> Mapping[str, Any]:
-    if not isinstance(obj, dict):
-        raise ConversionError("not a JSON object")
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        raise ConversionError("no metadata")
-    if not _str(meta.get("name")):
-        raise ConversionError("no metadata.name")
-    if namespaced and not _str(meta.get("namespace")):
-        raise ConversionError(f"{meta['name']}: no metadata.namespace")
+class NodeSpec(_Struct, frozen=True, gc=False):
+    unschedulable: bool | None = None
+    taints: list[TaintWire] | None = None
+
+
+class NodeConditionWire(_Struct, frozen=True, gc=False):
+    type: str = ""
+    status: str = ""
+    reason: str = ""
+    last_transition_time: str | None = None
+    last_heartbeat_time: str | None = None
+
+
+class NodeStatus(_Struct, frozen=True, gc=False):
+    conditions: list[NodeConditionWire] | None = None
+
+
+class Node(_Struct, frozen=True, gc=False):
+    metadata: ObjectMeta
+    spec: NodeSpec | None = None
+    status: NodeStatus | None = None
+
+
+class LeaseSpec(_Struct, frozen=True, gc=False):
+    holder_identity: str | None = None
+    lease_duration_seconds: int | None = None
+    renew_time: str | None = None
+
+
+class Lease(_Struct, frozen=True, gc=False):
+    metadata: NamespacedMeta
+    spec: LeaseSpec | None = None
+
+
+class Volume(_Struct, frozen=True, gc=False):
+    empty_dir: dict[str, Any] | None = None
+
+
+class PodSpec(_Struct, frozen=True, gc=False):
+    node_name: str = ""
+    volumes: list[Volume] | None = None
+
+
+class Started(_Struct, frozen=True, gc=False):
+    started_at: str | None = None
+
+
+class Waiting(_Struct, frozen=True, gc=False):
+    reason: str = ""
+
+
+class Terminated(_Struct, frozen=True, gc=False):
+    reason: str = ""
+    exit_code: int | None = None
+    started_at: str | None = None
+
+
+class ContainerState(_Struct, frozen=True, gc=False):
+    waiting: Waiting | None = None
+    running: Started | None = None
+    terminated: Terminated | None = None
+
+
+class ContainerStatus(_Struct, frozen=True, gc=False):
+    name: _Name
+    ready: bool | None = None
+    restart_count: int = 0
+    state: ContainerState | None = None
+    last_state: ContainerState | None = None
+
+
+class PodCondition(_Struct, frozen=True, gc=False):
+    type: str = ""
+    status: str = ""
+    last_transition_time: str | None = None
+
+
+class PodStatus(_Struct, frozen=True, gc=False):
+    phase: str | None = None
+    start_time: str | None = None
+    conditions: list[PodCondition] | None = None
+    init_container_statuses: list[ContainerStatus] | None = None
+    container_statuses: list[ContainerStatus] | None = None
+
+
+class Pod(_Struct, frozen=True, gc=False):
+    metadata: NamespacedMeta
+    spec: PodSpec | None = None
+    status: PodStatus | None = None
+
+
+S = TypeVar("S", bound=_Struct)
+
+_EMPTY_NODE_SPEC = NodeSpec()
+_EMPTY_NODE_STATUS = NodeStatus()
+_EMPTY_POD_SPEC = PodSpec()
+_EMPTY_POD_STATUS = PodStatus()
+_EMPTY_LEASE_SPEC = LeaseSpec()
+_NO_STATE = ContainerState()
+
+
+def decoded(obj: Any, kind: type[S]) -> S:
+    """``obj`` (decoded JSON) as ``kind``; ConversionError naming the field in error."""
+    try:
+        return msgspec.convert(obj, kind)
+    except msgspec.ValidationError as exc:
+        raise ConversionError(error_message(exc)) from None
+
+
+def _namespaced(meta: NamespacedMeta) -> NamespacedMeta:
+    if not meta.namespace:
+        raise ConversionError("$.metadata.namespace: missing")
     return meta
 
 
 # ---------------------------------------------------------------- nodes
 
 
-def _taint(raw: Any) -> Taint | None:
-    t = _dict(raw)
-    key = _str(t.get("key"))
-    if not key:
-        return None
-    return Taint(
-        key=key,
-        effect=_str(t.get("effect")),
-        value=_str(t.get("value")),
-        time_added=timestamp(t.get("timeAdded")),
-    )
-
-
-def _node_condition(raw: Any) -> NodeCondition | None:
-    c = _dict(raw)
-    type_ = _str(c.get("type"))
-    if not type_:
-        return None
-    return NodeCondition(
-        type=type_,
-        status=_str(c.get("status")) or "Unknown",
-        reason=_str(c.get("reason")),
-        last_transition=timestamp(c.get("lastTransitionTime")),
-        last_heartbeat=timestamp(c.get("lastHeartbeatTime")),
-    )
-
-
 def node_info(obj: JSONObject) -> NodeInfo:
-    meta = _metadata(obj, namespaced=False)
-    spec = _dict(obj.get("spec"))
-    status = _dict(obj.get("status"))
-    taints = (_taint(t) for t in _list(spec.get("taints")))
-    conditions = (_node_condition(c) for c in _list(status.get("conditions")))
+    node = decoded(obj, Node)
+    meta = node.metadata
+    spec = node.spec or _EMPTY_NODE_SPEC
+    status = node.status or _EMPTY_NODE_STATUS
     return NodeInfo(
-        name=meta["name"],
-        uid=_str(meta.get("uid")),
-        created_at=timestamp(meta.get("creationTimestamp")) or 0.0,
-        resource_version=_str(meta.get("resourceVersion")),
-        labels=_string_map(meta.get("labels")),
-        annotations=_string_map(meta.get("annotations")),
-        unschedulable=_bool(spec.get("unschedulable")),
-        taints=tuple(t for t in taints if t is not None),
-        conditions=tuple(c for c in conditions if c is not None),
+        name=meta.name,
+        uid=meta.uid,
+        created_at=timestamp(meta.creation_timestamp) or 0.0,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        annotations=meta.annotations or {},
+        unschedulable=spec.unschedulable is True,
+        taints=tuple(
+            Taint(key=t.key, effect=t.effect, value=t.value, time_added=timestamp(t.time_added))
+            for t in spec.taints or ()
+            if t.key
+        ),
+        conditions=tuple(
+            NodeCondition(
+                type=c.type,
+                status=c.status or "Unknown",
+                reason=c.reason,
+                last_transition=timestamp(c.last_transition_time),
+                last_heartbeat=timestamp(c.last_heartbeat_time),
+            )
+            for c in status.conditions or ()
+            if c.type
+        ),
     )
 
 
@@ -193,41 +287,38 @@ def node_summary(
     given, the condition types given (type, status and last transition; no reason, no
     heartbeat) and the taint keys given (key and effect; no value, no time); no annotations, no
     resourceVersion (the informer keeps it). Equal to ``node_info`` with everything else left
-    out, and tolerant the same way; the strings of the bounded sets are shared, not one copy per
+    out, and checked the same way; the strings of the bounded sets are shared, not one copy per
     Node."""
-    meta = _metadata(obj, namespaced=False)
-    spec = _dict(obj.get("spec"))
-    status = _dict(obj.get("status"))
+    node = decoded(obj, Node)
+    meta = node.metadata
+    spec = node.spec or _EMPTY_NODE_SPEC
+    status = node.status or _EMPTY_NODE_STATUS
     kept_types = {t: t for t in conditions}
     kept_keys = {k: k for k in taints}
     found_conditions: list[NodeCondition] = []
-    for raw in _list(status.get("conditions")):
-        c = _dict(raw)
-        type_ = kept_types.get(c.get("type"))  # type: ignore[arg-type]
-        if type_ is None:
-            continue
-        state = _str(c.get("status")) or "Unknown"
-        found_conditions.append(
-            NodeCondition(
-                type=type_,
-                status=_STATUSES.get(state, state),
-                last_transition=timestamp(c.get("lastTransitionTime")),
+    for c in status.conditions or ():
+        type_ = kept_types.get(c.type)
+        if type_ is not None:
+            state = c.status or "Unknown"
+            found_conditions.append(
+                NodeCondition(
+                    type=type_,
+                    status=_STATUSES.get(state, state),
+                    last_transition=timestamp(c.last_transition_time),
+                )
             )
-        )
-    found_taints: list[Taint] = []
-    for raw in _list(spec.get("taints")):
-        t = _dict(raw)
-        key = kept_keys.get(t.get("key"))  # type: ignore[arg-type]
-        if key is not None:
-            effect = _str(t.get("effect"))
-            found_taints.append(Taint(key=key, effect=_EFFECTS.get(effect, effect)))
-    raw_labels = _dict(meta.get("labels"))
+    found_taints = [
+        Taint(key=key, effect=_EFFECTS.get(t.effect, t.effect))
+        for t in spec.taints or ()
+        if (key := kept_keys.get(t.key)) is not None
+    ]
+    raw_labels = meta.labels or {}
     return NodeInfo(
-        name=meta["name"],
-        uid=_str(meta.get("uid")),
-        created_at=timestamp(meta.get("creationTimestamp")) or 0.0,
-        labels={k: v for k in labels if isinstance(v := raw_labels.get(k), str)},
-        unschedulable=_bool(spec.get("unschedulable")),
+        name=meta.name,
+        uid=meta.uid,
+        created_at=timestamp(meta.creation_timestamp) or 0.0,
+        labels={k: v for k in labels if (v := raw_labels.get(k)) is not None},
+        unschedulable=spec.unschedulable is True,
         taints=tuple(found_taints),
         conditions=tuple(found_conditions),
     )
@@ -237,110 +328,94 @@ def node_summary(
 
 
 def lease_info(obj: JSONObject) -> LeaseInfo:
-    meta = _metadata(obj, namespaced=True)
-    spec = _dict(obj.get("spec"))
-    duration = _int(spec.get("leaseDurationSeconds"))
+    lease = decoded(obj, Lease)
+    meta = _namespaced(lease.metadata)
+    spec = lease.spec or _EMPTY_LEASE_SPEC
     return LeaseInfo(
-        name=meta["name"],
-        namespace=meta["namespace"],
-        renew_time=timestamp(spec.get("renewTime")),
-        holder=_str(spec.get("holderIdentity")),
-        lease_duration_seconds=duration,
-        resource_version=_str(meta.get("resourceVersion")),
+        name=meta.name,
+        namespace=meta.namespace,
+        renew_time=timestamp(spec.renew_time),
+        holder=spec.holder_identity or "",
+        lease_duration_seconds=spec.lease_duration_seconds,
+        resource_version=meta.resource_version,
     )
 
 
 # ---------------------------------------------------------------- pods
 
 
-def _container_status(raw: Any, *, init: bool) -> ContainerStatusInfo | None:
-    s = _dict(raw)
-    name = _str(s.get("name"))
-    if not name:
-        return None
-    state = _dict(s.get("state"))
-    waiting = _dict(state.get("waiting"))
-    running = _dict(state.get("running"))
-    terminated = _dict(state.get("terminated"))
-    last_terminated = _dict(_dict(s.get("lastState")).get("terminated"))
+def _container_status(s: ContainerStatus, *, init: bool) -> ContainerStatusInfo:
+    state = s.state or _NO_STATE
+    last_terminated = (s.last_state or _NO_STATE).terminated
     # The API sets exactly one state; a broken object may set several: terminated wins, as the
     # latest a container can be, then running, then waiting.
-    if "terminated" in state and isinstance(state["terminated"], dict):
-        current = "terminated"
-        started_at = timestamp(terminated.get("startedAt"))
-    elif "running" in state and isinstance(state["running"], dict):
-        current = "running"
-        started_at = timestamp(running.get("startedAt"))
-    elif "waiting" in state and isinstance(state["waiting"], dict):
+    current, started_at = "", None
+    if state.terminated is not None:
+        current, started_at = "terminated", timestamp(state.terminated.started_at)
+    elif state.running is not None:
+        current, started_at = "running", timestamp(state.running.started_at)
+    elif state.waiting is not None:
         current = "waiting"
-        started_at = None
-    else:
-        current = ""
-        started_at = None
     return ContainerStatusInfo(
-        name=name,
+        name=s.name,
         state=current,
-        ready=_bool(s.get("ready")),
-        restart_count=max(_int(s.get("restartCount")) or 0, 0),
-        waiting_reason=_str(waiting.get("reason")) if current == "waiting" else "",
-        terminated_reason=_str(terminated.get("reason")) if current == "terminated" else "",
-        terminated_exit_code=_int(terminated.get("exitCode")) if current == "terminated" else None,
-        last_terminated_reason=_str(last_terminated.get("reason")),
-        last_terminated_exit_code=_int(last_terminated.get("exitCode")),
+        ready=s.ready is True,
+        restart_count=max(s.restart_count, 0),
+        waiting_reason=state.waiting.reason if current == "waiting" and state.waiting else "",
+        terminated_reason=state.terminated.reason if state.terminated else "",
+        terminated_exit_code=state.terminated.exit_code if state.terminated else None,
+        last_terminated_reason=last_terminated.reason if last_terminated else "",
+        last_terminated_exit_code=last_terminated.exit_code if last_terminated else None,
         started_at=started_at,
         init=init,
     )
 
 
-def _controller_kind(meta: Mapping[str, Any]) -> str:
-    for ref in _list(meta.get("ownerReferences")):
-        r = _dict(ref)
-        if r.get("controller") is True:
-            return _str(r.get("kind"))
+def _controller_kind(meta: NamespacedMeta) -> str:
+    for ref in meta.owner_references or ():
+        if ref.controller is True:
+            return ref.kind
     return ""
 
 
-def _pod_conditions(status: Mapping[str, Any]) -> tuple[float | None, bool]:
+def _pod_conditions(status: PodStatus) -> tuple[float | None, bool]:
     """(PodScheduled's transition time when True, Ready is True)."""
     scheduled_at: float | None = None
     ready = False
-    for raw in _list(status.get("conditions")):
-        c = _dict(raw)
-        if c.get("status") != "True":
+    for c in status.conditions or ():
+        if c.status != "True":
             continue
-        if c.get("type") == "PodScheduled":
-            scheduled_at = timestamp(c.get("lastTransitionTime"))
-        elif c.get("type") == "Ready":
+        if c.type == "PodScheduled":
+            scheduled_at = timestamp(c.last_transition_time)
+        elif c.type == "Ready":
             ready = True
     return scheduled_at, ready
 
 
 def pod_info(obj: JSONObject) -> PodInfo:
-    meta = _metadata(obj, namespaced=True)
-    spec = _dict(obj.get("spec"))
-    status = _dict(obj.get("status"))
-    statuses: list[ContainerStatusInfo | None] = [
-        _container_status(s, init=True) for s in _list(status.get("initContainerStatuses"))
-    ]
-    statuses += [_container_status(s, init=False) for s in _list(status.get("containerStatuses"))]
+    pod = decoded(obj, Pod)
+    meta = _namespaced(pod.metadata)
+    spec = pod.spec or _EMPTY_POD_SPEC
+    status = pod.status or _EMPTY_POD_STATUS
+    statuses = [_container_status(s, init=True) for s in status.init_container_statuses or ()]
+    statuses += [_container_status(s, init=False) for s in status.container_statuses or ()]
     scheduled_at, ready = _pod_conditions(status)
-    grace = _int(meta.get("deletionGracePeriodSeconds"))
     return PodInfo(
-        uid=_str(meta.get("uid")),
-        namespace=meta["namespace"],
-        name=meta["name"],
-        node_name=_str(spec.get("nodeName")),
-        phase=_str(status.get("phase")) or "Pending",
-        created_at=timestamp(meta.get("creationTimestamp")) or 0.0,
-        resource_version=_str(meta.get("resourceVersion")),
-        labels=_string_map(meta.get("labels")),
-        start_time=timestamp(status.get("startTime")),
-        deletion_timestamp=timestamp(meta.get("deletionTimestamp")),
-        deletion_grace_period_seconds=grace,
+        uid=meta.uid,
+        namespace=meta.namespace,
+        name=meta.name,
+        node_name=spec.node_name,
+        phase=status.phase or "Pending",
+        created_at=timestamp(meta.creation_timestamp) or 0.0,
+        resource_version=meta.resource_version,
+        labels=meta.labels or {},
+        start_time=timestamp(status.start_time),
+        deletion_timestamp=timestamp(meta.deletion_timestamp),
+        deletion_grace_period_seconds=meta.deletion_grace_period_seconds,
         owner_kind=_controller_kind(meta),
-        mirror=ANNOTATION_MIRROR in _dict(meta.get("annotations")),
-        empty_dir=any("emptyDir" in _dict(v) for v in _list(spec.get("volumes"))),
+        mirror=ANNOTATION_MIRROR in (meta.annotations or {}),
+        empty_dir=any(v.empty_dir is not None for v in spec.volumes or ()),
         scheduled_at=scheduled_at,
         ready=ready,
-        containers=tuple(s for s in statuses if s is not None),
+        containers=tuple(statuses),
     )

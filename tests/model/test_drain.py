@@ -66,4 +66,4 @@ def test_an_emptydir_volume_is_read_from_the_pod_spec() -> None:
     volumes = [{"name": "cfg", "configMap": {"name": "c"}}, {"name": "tmp", "emptyDir": {}}]
     assert pod_info({"metadata": meta, "spec": {"volumes": volumes}}).empty_dir
     assert not pod_info({"metadata": meta, "spec": {"volumes": volumes[:1]}}).empty_dir
-    assert not pod_info({"metadata": meta, "spec": {"volumes": "nonsense"}}).empty_dir
+    assert not pod_info({"metadata": meta, "spec": {"volumes": None}}).empty_dir
