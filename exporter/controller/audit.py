@@ -7,17 +7,25 @@ the keys of a rollback's Events derive from the NodeRollback's uid, so a step re
 crash records no second Event, and no Event of an earlier rollback of the same node is taken for
 this one's. Nothing is recorded in a dry run. A failed Event is logged, never fatal: the record
 of what happened is the NodeRollback (and the journal for refusals); Events are its view.
+
+Events that can wait (an alert refused or held back: ``EventLane``) go last: one task writes
+them in order at write priority ``LATER``, so that the write budget serves every rollback's
+writes, fencing first, before them (docs/hook.md, "Fencing first").
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass
 
 from exporter.kube.errors import KubeError
+from exporter.kube.ratelimit import write_priority
 from exporter.kube.writer import KubeWriter
 from exporter.model.names import is_dns1123_subdomain
 from exporter.model.rollback import NodeRollback, StepKind, StepState
+from exporter.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +39,9 @@ EVENT_REASON = {
     StepKind.DELETE_NODE: "NodesyncDeleteNode",
 }
 _SUFFIX = {StepState.FAILED: "Failed", StepState.SKIPPED: "Skipped"}
+#: The write priority of the Events that can wait: after every step of every rollback (a step's
+#: writes wait at its index, exporter.controller.driver).
+LATER = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +146,66 @@ class Audit:
             type_="Warning" if reason == "NodesyncActionRequired" else "Normal",
             key=f"rollback/{rollback.uid}/{reason}",
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeEvent:
+    node: str
+    reason: str
+    message: str
+    type_: str
+    key: str
+
+
+class EventLane:
+    """Events on nodes that can wait (a refused or held-back alert's), written after
+    everything else: ``on_node`` queues one and returns at once; one task writes the queue in
+    order, each Event (with the read of its node's uid) at write priority ``LATER``. None is
+    dropped while the process runs; ``flush`` waits until every queued one is written."""
+
+    def __init__(self, audit: Audit) -> None:
+        self._audit = audit
+        self._queue: deque[_NodeEvent] = deque()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def pending(self) -> int:
+        """Events queued and not written yet."""
+        return len(self._queue)
+
+    def on_node(self, node: str, *, reason: str, message: str, type_: str, key: str) -> None:
+        """Queue an Event on node ``node`` (exporter.controller.audit.Audit.on_node)."""
+        self._queue.append(_NodeEvent(node, reason, message, type_, key))
+        if not self._writing():
+            self._task = asyncio.create_task(self._write(), name="events-later")
+
+    def _writing(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def _write(self) -> None:
+        with write_priority(LATER):
+            while self._queue:
+                e = self._queue.popleft()
+                try:
+                    await self._audit.on_node(
+                        e.node, reason=e.reason, message=e.message, type_=e.type_, key=e.key
+                    )
+                except Exception:  # never lose the Events queued behind it
+                    log.exception("recording an event failed", extra={"node": e.node})
+
+    async def flush(self) -> None:
+        """Wait until every queued Event is written (the writer goes on if the caller is
+        cancelled)."""
+        while self._writing() or self._queue:
+            if not self._writing():
+                self._task = asyncio.create_task(self._write(), name="events-later")
+            assert self._task is not None
+            await asyncio.wait([self._task])
+
+    async def stop(self) -> None:
+        """Stop writing; what is still queued is dropped (logged)."""
+        if self._task is not None:
+            await cancel_and_wait([self._task])
+        if self._queue:
+            log.warning("events not recorded at shutdown", extra={"events": len(self._queue)})
+            self._queue.clear()

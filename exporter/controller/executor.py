@@ -4,7 +4,9 @@ active NodeRollback is driven step by step, its status in the API server the rec
 One pass (after each committed webhook delivery, after a rollback stops or waits, and every poll
 interval), while this controller leads:
 
-1. The intake decides every new alert in the journal.
+1. The intake decides every new alert in the journal. Each NodeRollback it creates gets its
+   driver at once, before the intake goes on (fencing first: docs/hook.md); refusals are
+   recorded after the last accepted alert, and their Events written last (EventLane).
 2. Every active NodeRollback without a driver gets one, oldest first. A node rollback's fencing
    steps (cordon, taint: they only keep new pods off a failed node) run at once; the steps after
    them only while fewer than ``--guard.max-concurrent-rollbacks`` are being driven (the others
@@ -34,10 +36,11 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from exporter.controller import steps
+from exporter.controller.audit import EventLane
 from exporter.controller.coordination import Lead, Pause, Schedule
 from exporter.controller.driver import Driver
 from exporter.controller.intake import Intake
@@ -51,7 +54,7 @@ from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
 from exporter.model.clusterview import ClusterView
 from exporter.model.guards import budget, correlated_failure
-from exporter.model.rollback import QUEUED, Action, Phase
+from exporter.model.rollback import QUEUED, Action, NodeRollback, Phase
 from exporter.model.rollback_state import fencing_next
 from exporter.tasks import cancel_and_wait
 
@@ -127,6 +130,7 @@ class Executor:
         self,
         intake: Intake,
         driver: Driver,
+        lane: EventLane,
         writes: RollbackWrites,
         rollbacks: RollbackWatch,
         cluster: ClusterSource,
@@ -144,6 +148,7 @@ class Executor:
     ) -> None:
         self.intake = intake
         self._driver = driver
+        self._lane = lane
         self._writes = writes
         self.rollbacks = rollbacks
         self._cluster = cluster
@@ -238,15 +243,20 @@ class Executor:
         self.passes += 1
         view = self._cluster.view()
         self._pause.paused = correlated_failure(view, self._policy, self._clock()).paused
-        await self.intake.run_once()
+        async for created in self.intake.decide():
+            self._schedule([created])  # its fencing starts before the next alert is carried out
         if self._settings.dry_run:
             return
-        await self._retire()
         self._schedule()
+        await self._retire()
 
-    def _schedule(self) -> None:
+    def _schedule(self, created: Iterable[NodeRollback] = ()) -> None:
+        """Drive what should move now. ``created``: NodeRollbacks just created, which the
+        watch may not have delivered yet."""
         held = sum(1 for name, slot in self._slots.items() if slot and name in self._tasks)
-        for rollback in self.rollbacks.active():
+        active = {r.name: r for r in self.rollbacks.active()}
+        fresh = [r for r in created if r.active and r.name not in active]
+        for rollback in sorted([*active.values(), *fresh], key=lambda r: (r.created_at, r.name)):
             name = rollback.name
             if name in self._tasks or not self.schedule.due(name):
                 continue
@@ -267,20 +277,28 @@ class Executor:
     async def drain(self) -> int:
         """On shutdown, after ``run`` was cancelled and while the Lease is still held: decide
         what the journal acknowledged, so that a stopping leader leaves nothing for
-        Alertmanager to send again. How many alerts were decided."""
+        Alertmanager to send again, and write the Events still queued. How many alerts were
+        decided."""
+        decided = 0
         synced = self._cluster.synced and self.rollbacks.synced
-        if not (synced and self._leadership.is_leader):
-            return 0
-        try:
-            return await self.intake.run_once()
-        except (JournalError, KubeError) as exc:
-            log.warning("could not decide the last alerts", extra={"error": str(exc)})
-            return 0
+        if synced and self._leadership.is_leader:
+            try:
+                decided = await self.intake.run_once()
+            except (JournalError, KubeError) as exc:
+                log.warning("could not decide the last alerts", extra={"error": str(exc)})
+        await self._lane.flush()
+        return decided
+
+    async def stop(self) -> None:
+        """After ``drain``: drop what could not be written in time."""
+        await self._lane.stop()
 
     async def wait_idle(self) -> None:
-        """Wait until no rollback is being driven (for tests and shutdown)."""
+        """Wait until no rollback is being driven and every Event is written (for tests and
+        shutdown)."""
         while self._tasks:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await self._lane.flush()
 
     def _task_done(self, name: str, task: asyncio.Task[None]) -> None:
         self._tasks.pop(name, None)

@@ -10,6 +10,13 @@ the decision carried out:
 - refused: recorded in the journal with a Warning Event on the node;
 - waits: reported once (metric, Event) and decided again at the next pass.
 
+Fencing first: a pass carries out the accepted decisions (plan, join, escalate) as it makes
+them and hands each NodeRollback it created to the executor at once (``decide`` yields it), so
+that its cordon is under way before anything else of the pass is written. Refusals and waits
+are decided in the same order but recorded after the last accepted one (journal, metric, log),
+and their Events go through the ``EventLane``: written last, at the lowest write priority, by
+a task of their own (exporter.controller.audit).
+
 The decision is saved in the journal after its effect in the cluster, so an alert whose
 NodeRollback could not be created is decided again; one that was created and whose decision
 was not saved (a crash in between) finds its rollback active and joins it.
@@ -25,10 +32,10 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from exporter.controller.audit import Audit, alert_event_key
+from exporter.controller.audit import Audit, EventLane, alert_event_key
 from exporter.controller.journal import DRY_RUN, AlertRecord, DecisionRecord, Journal
 from exporter.controller.rollbacks import RollbackWatch
 from exporter.controller.settings import ExecutorSettings
@@ -75,6 +82,7 @@ class Intake:
         rollbacks: RollbackWatch,
         writes: RollbackWrites,
         audit: Audit,
+        lane: EventLane,
         metrics: RollbackMetrics,
         settings: ExecutorSettings,
         *,
@@ -86,12 +94,14 @@ class Intake:
         self._rollbacks = rollbacks
         self._writes = writes
         self._audit = audit
+        self._lane = lane
         self.metrics = metrics
         self._settings = settings
         self._policy = settings.policy
         self._identity = identity
         self._clock = clock
         self._deferred: dict[tuple[str, float], str] = {}  # alert key -> last deferring reason
+        self.decided = 0  # by the last pass
 
     async def _state(self) -> GuardState:
         """The rollbacks decided so far: those in the cluster; in a dry run, also the dry-run
@@ -104,10 +114,23 @@ class Intake:
         return state
 
     async def run_once(self) -> int:
-        """Decide every alert waiting for a decision; how many were decided."""
+        """Decide every alert waiting for a decision and record every Event of it; how many
+        were decided."""
+        async for _ in self.decide():
+            pass
+        decided = self.decided
+        await self._lane.flush()
+        return decided
+
+    async def decide(self) -> AsyncIterator[NodeRollback]:
+        """Decide every alert waiting for a decision (``decided`` says how many were). Each
+        accepted one is carried out at once, and each NodeRollback it created yielded, before
+        the next alert; refusals and waits are recorded once the last accepted one was."""
+        self.decided = 0
         view = self._cluster.view()
         state = await self._state()
-        decided = 0
+        refused: list[tuple[AlertRecord, Refusal, float]] = []
+        held: list[tuple[AlertRecord, Refusal]] = []
         turn = TimeSlice()
         for alert in await self._journal.alerts_to_decide():
             await turn.pause()  # alerts still held back are judged again without any I/O
@@ -115,12 +138,22 @@ class Intake:
             decision = decide(alert.alert, view, state, self._policy, now)
             if decision.verdict == WAITS:
                 assert decision.refusal is not None
-                await self._defer(alert, decision.refusal)
+                held.append((alert, decision.refusal))
                 continue
             self._deferred.pop(alert.key, None)
-            await self._carry_out(alert, decision, view, state, now)
-            decided += 1
-        return decided
+            self.decided += 1
+            if decision.verdict == REFUSED:
+                assert decision.refusal is not None
+                refused.append((alert, decision.refusal, now))
+                continue
+            created = await self._carry_out(alert, decision, view, state, now)
+            if created is not None:
+                yield created
+        for alert, refusal, now in refused:
+            await turn.pause()
+            await self._refuse(alert, refusal, now)
+        for alert, refusal in held:
+            self._defer(alert, refusal)
 
     async def _carry_out(
         self,
@@ -129,31 +162,30 @@ class Intake:
         view: ClusterView,
         state: GuardState,
         now: float,
-    ) -> None:
-        if decision.verdict == REFUSED:
-            assert decision.refusal is not None
-            await self._refuse(alert, decision.refusal, now)
-            return
+    ) -> NodeRollback | None:
+        """An accepted decision: its effect, then its record; the NodeRollback it created."""
         plan = decision.plan
         assert plan is not None
         rollback = new_rollback(plan, view, state, self._policy, now, decided_by=self._identity)
         name = rollback.name if decision.verdict == PLAN else decision.rollback
+        created = None
         if self._settings.dry_run:
             await self._dry_run(alert, decision, rollback, now)
         elif decision.verdict == PLAN:
-            await self._create(alert, rollback)
+            created = await self._create(alert, rollback)
         else:
             await self._join(decision.verdict, name, plan)
         if decision.verdict in (PLAN, ESCALATE):
             state.accept(name, plan, now)
         await self._save(alert, decision.verdict, "", "", name, plan.action.value, now, plan.wave)
+        return created
 
-    async def _create(self, alert: AlertRecord, rollback: NodeRollback) -> None:
+    async def _create(self, alert: AlertRecord, rollback: NodeRollback) -> NodeRollback | None:
         try:
             created = await self._writes.create(rollback)
         except AlreadyExists:
             log.info("the rollback exists already", extra={"rollback": rollback.name})
-            return
+            return None
         log.info(
             "decided a rollback",
             extra={
@@ -165,6 +197,7 @@ class Intake:
             },
         )
         await self._audit.decided(created, alert.labels.get("alertname", ""))
+        return created
 
     async def _join(self, verdict: str, name: str, plan: Plan) -> None:
         """Add the plan's alert to the triggers of rollback ``name``; an escalation first makes
@@ -229,7 +262,7 @@ class Intake:
 
     async def _refuse(self, alert: AlertRecord, refusal: Refusal, now: float) -> None:
         await self._save(alert, REFUSED, refusal.reason, refusal.detail, "", "", now)
-        await self._report(
+        self._report(
             alert,
             refusal,
             "refused an alert",
@@ -240,11 +273,11 @@ class Intake:
             key=alert_event_key(alert.key, "refused"),
         )
 
-    async def _defer(self, alert: AlertRecord, refusal: Refusal) -> None:
+    def _defer(self, alert: AlertRecord, refusal: Refusal) -> None:
         if self._deferred.get(alert.key) == refusal.reason:
             return  # already reported; the alert is decided again at every pass
         self._deferred[alert.key] = refusal.reason
-        await self._report(
+        self._report(
             alert,
             refusal,
             "holding an alert back",
@@ -255,8 +288,9 @@ class Intake:
             key=alert_event_key(alert.key, f"deferred/{refusal.reason}"),
         )
 
-    async def _report(self, alert: AlertRecord, refusal: Refusal, what: str, **event: str) -> None:
-        """A refusal or a wait: counted, logged, and an Event on the node."""
+    def _report(self, alert: AlertRecord, refusal: Refusal, what: str, **event: str) -> None:
+        """A refusal or a wait: counted, logged, and an Event on the node (queued: it waits
+        for every rollback's writes)."""
         self.metrics.refusal(refusal.reason)
         log.info(
             what,
@@ -267,4 +301,4 @@ class Intake:
                 "detail": refusal.detail,
             },
         )
-        await self._audit.on_node(alert.alert.node, **event)
+        self._lane.on_node(alert.alert.node, **event)

@@ -30,7 +30,7 @@ from typing import NoReturn
 from aiohttp import web
 from prometheus_client.metrics_core import Metric
 
-from exporter.controller.audit import Audit
+from exporter.controller.audit import Audit, EventLane
 from exporter.controller.coordination import Lead, Pause, Schedule
 from exporter.controller.driver import Driver
 from exporter.controller.executor import REFUSAL_REASONS, ClusterSource, Executor, Leadership
@@ -180,16 +180,19 @@ def build_executor(
     retry_max: float = 30.0,
 ) -> Executor:
     """The executor with its intake, step runner and driver, sharing one audit (Events through
-    ``writer``), one ``schedule`` and one correlated-failure pause."""
+    ``writer``; those that can wait through one ``EventLane``), one ``schedule`` and one
+    correlated-failure pause."""
     schedule = schedule or Schedule()
     pause = Pause()
     audit = Audit(writer, dry_run=settings.dry_run)
+    lane = EventLane(audit)
     intake = Intake(
         journal,
         cluster,
         rollbacks,
         writes,
         audit,
+        lane,
         metrics,
         settings,
         identity=identity,
@@ -216,6 +219,7 @@ def build_executor(
     return Executor(
         intake,
         driver,
+        lane,
         writes,
         rollbacks,
         cluster,
@@ -287,6 +291,7 @@ async def _executor_ctx(
     finally:
         await cancel_and_wait([running])
         await _drain(executor)
+        await executor.stop()
         await cancel_and_wait(others)
         app[REGISTRY].unregister(collector)
 

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.controller.app import make_app
-from exporter.controller.audit import Audit
+from exporter.controller.audit import Audit, EventLane
 from exporter.controller.executor import REFUSAL_REASONS
 from exporter.controller.intake import Intake
 from exporter.controller.journal import Journal
@@ -115,12 +115,14 @@ def intake(hook: ServedHook) -> Intake:
     through the hook's API client (so its requests are in ``hook.recording.paths``): what the
     executor runs after each delivery, without the executor's NodeRollback watch."""
     app = hook.served.runner.app
+    audit = Audit(KubeWriter(hook.recording.api), dry_run=False)
     return Intake(
         hook.journal,
         app[CLUSTER],
         _NoRollbacks(),  # type: ignore[arg-type]
         _NoWrites(),  # type: ignore[arg-type]
-        Audit(KubeWriter(hook.recording.api), dry_run=False),
+        audit,
+        EventLane(audit),
         RollbackMetrics(REFUSAL_REASONS),
         ExecutorSettings(),
     )
