@@ -12,6 +12,9 @@ and keep the rest: one bad object never fails a list.
 strings (Time: seconds; MicroTime: microseconds) and become Unix seconds as floats; a missing
 or unparsable time is None (``created_at``: 0.0, i.e. "old"). A pod without a phase is Pending
 (the API server creates every pod Pending).
+
+Stays whole: one job, reading the API's objects; each kind's wire structs sit beside the
+converter that reads them, and the kinds share the metadata structs and the time parsing.
 """
 
 from __future__ import annotations
