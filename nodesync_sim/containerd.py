@@ -423,7 +423,7 @@ class LocalContainerd:
             self._last_dir = self._dir
             for sub in ("root", "state", "runc", "opt", "cni/bin", "cni/conf", "logs"):
                 (self._dir / sub).mkdir(parents=True, exist_ok=True)
-            (self._dir / "config.toml").write_text(_config_toml(self._dir, self._image_ref))
+            (self._dir / "config.toml").write_text(self._config())
         self._spawn()
         try:
             self.wait_ready()
@@ -435,13 +435,16 @@ class LocalContainerd:
     def _spawn(self) -> None:
         if self.pid is not None:
             raise ContainerdError("containerd is already running")
-        self._proc = ChildProcess(
-            [self._binary("containerd"), "--config", str(self.directory / "config.toml")],
-            log_path=self.log_path,
-            env=self._env,
-        )
+        self._proc = ChildProcess(self._command(), log_path=self.log_path, env=self._env)
         self._proc.start()
         self._frozen = False
+
+    def _config(self) -> str:
+        """The text of config.toml (a real node's containerd has its own, nodesync_sim.real)."""
+        return _config_toml(self.directory, self._image_ref)
+
+    def _command(self) -> list[str]:
+        return [self._binary("containerd"), "--config", str(self.directory / "config.toml")]
 
     def wait_ready(self, timeout: float = _START_TIMEOUT) -> None:
         """Poll the CRI Version call until it answers, or raise with the log's tail."""

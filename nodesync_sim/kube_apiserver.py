@@ -104,6 +104,24 @@ class Response:
     headers: dict[str, str]
 
 
+@dataclass(frozen=True)
+class APIServerOptions:
+    """What a whole cluster needs of the server beyond the defaults (nodesync_sim.real).
+
+    The defaults are the API-only server: RBAC, no admission plugin enabled beyond the
+    built-in ones, tokens only.
+    """
+
+    authorization_modes: tuple[str, ...] = ("RBAC",)
+    admission_plugins: tuple[str, ...] = ()
+    """Enabled in addition to the defaults (``--enable-admission-plugins``)."""
+    client_ca_file: Path | None = None
+    """Client certificates signed by this CA authenticate (kubelets join with one)."""
+    kubelet_client_cert: tuple[Path, Path] | None = None
+    """(certificate, key) the server presents to kubelets (``kubectl logs/exec``)."""
+    allow_privileged: bool = False
+
+
 class LocalKubeAPIServer:
     """etcd plus kube-apiserver on free loopback ports, in a private temporary directory.
 
@@ -117,10 +135,18 @@ class LocalKubeAPIServer:
     wrote), and splitting them would only pass a bag of paths between classes.
     """
 
-    def __init__(self, apiserver_binary: str, etcd_binary: str) -> None:
+    def __init__(
+        self,
+        apiserver_binary: str,
+        etcd_binary: str,
+        options: APIServerOptions | None = None,
+        *,
+        directory: Path | None = None,
+    ) -> None:
         self.apiserver_binary = apiserver_binary
+        self.options = options or APIServerOptions()
         self.etcd_binary = etcd_binary
-        self.dir = Path(tempfile.mkdtemp(prefix="nodesync-kubeapi-"))
+        self.dir = directory or Path(tempfile.mkdtemp(prefix="nodesync-kubeapi-"))
         self.cert_dir = self.dir / "certs"
         self.audit_log = self.dir / "audit.log"
         self.identities: dict[str, Identity] = {
@@ -157,6 +183,11 @@ class LocalKubeAPIServer:
     def ca_file(self) -> Path:
         """The server's self-signed certificate (with its CA), usable as the CA to trust."""
         return self.cert_dir / "apiserver.crt"
+
+    @property
+    def service_account_key(self) -> Path:
+        """The private key service-account tokens are signed with (a controller-manager's)."""
+        return self.dir / "sa.key"
 
     @property
     def apiserver_pid(self) -> int | None:
@@ -439,7 +470,7 @@ class LocalKubeAPIServer:
 
     def _write_files(self) -> None:
         self.cert_dir.mkdir(mode=0o700, exist_ok=True)
-        key, public = self.dir / "sa.key", self.dir / "sa.pub"
+        key, public = self.service_account_key, self.dir / "sa.pub"
         for argv in (
             ["openssl", "genrsa", "-out", str(key), "2048"],
             ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(public)],
@@ -507,7 +538,7 @@ class LocalKubeAPIServer:
             "--endpoint-reconciler-type=none",
             f"--cert-dir={self.cert_dir}",
             f"--token-auth-file={files / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
+            "--authorization-mode=" + ",".join(self.options.authorization_modes),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={files / 'sa.pub'}",
             f"--service-account-signing-key-file={files / 'sa.key'}",
@@ -521,7 +552,22 @@ class LocalKubeAPIServer:
             # etcd is compacted only when a test asks for it (compact()).
             "--etcd-compaction-interval=0",
             "--profiling=false",
+            *self._option_args(),
         ]
+
+    def _option_args(self) -> list[str]:
+        options = self.options
+        args = []
+        if options.admission_plugins:
+            args.append("--enable-admission-plugins=" + ",".join(options.admission_plugins))
+        if options.client_ca_file is not None:
+            args.append(f"--client-ca-file={options.client_ca_file}")
+        if options.kubelet_client_cert is not None:
+            cert, key = options.kubelet_client_cert
+            args += [f"--kubelet-client-certificate={cert}", f"--kubelet-client-key={key}"]
+        if options.allow_privileged:
+            args.append("--allow-privileged=true")
+        return args
 
     def _wait_apiserver_ready(self, proc: ChildProcess) -> None:
         self._wait(proc, self._apiserver_ready, "kube-apiserver /readyz")

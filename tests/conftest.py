@@ -9,6 +9,7 @@ pytest_plugins = [
     "tests.support.kubeapi",
     "tests.support.controllers",  # after kubeapi, whose fixtures it uses
     "tests.support.prometheus",
+    "tests.support.realcluster",
 ]
 
 

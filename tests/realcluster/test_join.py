@@ -1,0 +1,116 @@
+"""A real node joins and works: the chain sees it as healthy and does nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.model.rfc3339 import parse_time
+from nodesync_sim.real.cluster import condition
+from tests.realcluster.helpers import (
+    audit_mark,
+    create_pod,
+    namespace,
+    pod,
+    product_events,
+    refused,
+    value,
+    wait_phase,
+    wait_value,
+)
+from tests.support.realcluster import RealChain, until
+
+pytestmark = pytest.mark.realcluster
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+
+
+def _time(text: str) -> float:
+    parsed = parse_time(text)
+    assert parsed is not None, text
+    return parsed
+
+
+def test_a_join_that_works(realchain: RealChain) -> None:
+    api = realchain.api
+    mark = audit_mark(api)
+    node = realchain.join()
+    name = node.name
+    sel = f'node="{name}"'
+
+    with namespace(api) as ns:
+        for i in range(2):
+            create_pod(api, ns, pod(f"app-{i}", node))
+        running = [wait_phase(api, ns, f"app-{i}", "Running") for i in range(2)]
+
+        # The node as the API server has it: Ready, no pressure, placed by the scheduler.
+        found = api.ok("GET", f"/api/v1/nodes/{name}")
+        assert condition(found, "Ready")["status"] == "True"
+        for kind in ("MemoryPressure", "DiskPressure", "PIDPressure"):
+            assert condition(found, kind)["status"] == "False", kind
+        assert all(p["spec"]["nodeName"] == name for p in running)
+        # kubelet wrote the pod directories the agent reads, in the node's own root.
+        uids = {p["metadata"]["uid"] for p in running}
+        assert uids <= {d.name for d in (node.kubelet_root / "pods").iterdir()}
+
+        # Its Lease: held by the node, owned by its Node, renewed (every 10 s). kubelet 1.20
+        # creates it only once it can read its Node: it may come after Ready.
+        lease = until(
+            lambda: (a := api.request("GET", f"{LEASES}/{name}")).status == 200 and a.body,
+            "the node's Lease",
+            timeout=30,
+        )
+        assert lease["spec"]["holderIdentity"] == name
+        assert lease["metadata"]["ownerReferences"][0]["uid"] == found["metadata"]["uid"]
+        first = lease["spec"]["renewTime"]
+        renewed = until(
+            lambda: api.ok("GET", f"{LEASES}/{name}")["spec"]["renewTime"] != first,
+            "the Lease to be renewed",
+            timeout=30,
+        )
+        assert renewed
+
+        # The agent on the node: the runtime and the API server agree, nothing drifts.
+        for source in ("runtime", "apiserver"):
+            wait_value(realchain, f'nodesync_pods{{{sel},phase="Running",source="{source}"}}', 2)
+        assert value(realchain, f"nodesync_cri_up{{{sel}}}") == 1
+        assert value(realchain, f"nodesync_kubelet_healthy{{{sel}}}") == 1
+        assert value(realchain, f"sum(nodesync_drift_pods{{{sel}}})") == 0
+
+        # The join's stages as the controller's metrics show them: registered, then Ready and
+        # a Lease renewed, then the first pod Running.
+        wait_value(
+            realchain,
+            f'nodesync_node_condition{{{sel},condition="Ready",status="true"}}',
+            1,
+        )
+        created = value(realchain, f"nodesync_node_created_timestamp_seconds{{{sel}}}")
+        renew = value(realchain, f"nodesync_node_lease_renew_timestamp_seconds{{{sel}}}")
+        ready_at = value(
+            realchain,
+            f'nodesync_node_condition_transition_timestamp_seconds{{{sel},condition="Ready"}}',
+        )
+        assert created is not None
+        assert renew is not None
+        assert ready_at is not None
+        first_running = min(
+            _time(p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"])
+            for p in running
+        )
+        assert created == _time(found["metadata"]["creationTimestamp"])
+        assert created <= renew
+        assert created <= ready_at <= first_running + 1
+        print(
+            f"join of {name}: Ready {ready_at - created:.0f} s after registration, "
+            f"first pod Running {first_running - created:.0f} s after"
+        )
+
+        # No alert about the node, nothing delivered, no rollback, no write by nodesync.
+        assert realchain.prom.query(f"count_over_time(ALERTS{{{sel}}}[10m])") == []
+        assert [a for a in realchain.am.alerts() if a["labels"].get("node") == name] == []
+        rollbacks = api.ok("GET", "/apis/nodesync.io/v1alpha1/noderollbacks")["items"]
+        assert [r for r in rollbacks if r["spec"].get("nodeName") == name] == []
+        events = product_events(api, mark)
+        writes = [e for e in events if e["verb"] in ("create", "update", "patch", "delete")]
+        assert writes == [], [(w["verb"], w["requestURI"]) for w in writes]
+        assert refused(events) == []
+    realchain.keep(node)

@@ -1,0 +1,43 @@
+"""A real node joins and leaves the machine as it found it: no sysctl written, no iptables
+chain, no mount, cgroup or process left."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.realcluster.helpers import create_pod, namespace, pod, wait_phase
+from tests.realcluster.machine import snapshot
+from tests.support.realcluster import RealChain
+
+pytestmark = pytest.mark.realcluster
+
+
+def test_a_node_that_joins_runs_a_pod_and_leaves_changes_nothing_on_the_machine(
+    realchain: RealChain,
+) -> None:
+    cluster_dir = realchain.cluster.plane.dir
+    before = snapshot(cluster_dir)
+
+    node = realchain.join()
+    with namespace(realchain.api) as ns:
+        create_pod(realchain.api, ns, pod("sleeper", node))
+        wait_phase(realchain.api, ns, "sleeper", "Running")
+        marks = {node.namespace.identity or ""}, {node.cgroup_root}
+        during = snapshot(cluster_dir, *marks)
+        # The check sees a node: its processes and its cgroups are there while it runs...
+        assert set(during.processes) > set(before.processes)
+        assert any(node.cgroup_root.lstrip("/") in c for c in during.cgroups)
+        # ... while the machine's settings are untouched even now (kubelet wrote into the files
+        # bind-mounted over them, if anything) and nothing is mounted on the machine.
+        assert during.sysctls == before.sysctls
+        assert during.iptables == before.iptables
+        assert during.mounts == before.mounts
+        realchain.leave(node)
+
+    after = snapshot(cluster_dir, *marks)
+    assert after.sysctls == before.sysctls
+    assert after.iptables == before.iptables
+    assert after.mounts == before.mounts
+    assert after.cgroups == before.cgroups
+    assert after.processes == before.processes
+    assert node.leftovers() == []

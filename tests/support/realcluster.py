@@ -1,0 +1,370 @@
+"""pytest plugin: a real Kubernetes cluster (nodesync_sim.real) and the whole nodesync chain on it,
+for the tests marked ``realcluster`` (tests/realcluster/).
+
+Fixture ``realchain`` (session): one :class:`RealChain`, started once and reused by every test:
+
+- the control plane (etcd, kube-apiserver with the Node and RBAC authorizers and NodeRestriction,
+  kube-controller-manager with per-controller service accounts, kube-scheduler);
+- the NodeRollback CRD and the shipped RBAC (deploy/base's agent and controller roles and the
+  delete-nodes component), applied by admin; the agent and controller authenticate as their
+  service accounts, with exactly those permissions;
+- a ``nodesync controller`` process (python -m exporter controller);
+- a real Alertmanager with the shipped route (deploy/alertmanager/alertmanager.yml) delivering to
+  the controller's webhook, and a real Prometheus with the shipped rules (rules/), both copies
+  changed only through the documented overrides (nodesync_sim.scaleout.overrides: thresholds,
+  ``for:`` and the route's timers);
+- real nodes joining during a test (:meth:`RealChain.join`, a wave: each a kubelet with its own
+  containerd in its own mount namespace, and a ``nodesync agent`` process in that namespace
+  reading the node's containerd socket, kubelet root and healthz as the DaemonSet would), and
+  leaving again (:meth:`RealChain.leave`). A test that does not break a node may leave it for the
+  next one (:meth:`RealChain.healthy_node`); a broken node is removed.
+
+A missing binary fails the test with one line naming scripts/setup-kube-apiserver (never skips
+it). At the end of the session everything is stopped by PID and removed, and checked to be gone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodesync_sim.chain import SHIPPED_ALERTMANAGER, SHIPPED_RULES
+from nodesync_sim.containerd import missing_binaries
+from nodesync_sim.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
+from nodesync_sim.process import ChildProcess, free_port
+from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
+from nodesync_sim.real.cluster import RealCluster
+from nodesync_sim.real.control_plane import Binaries
+from nodesync_sim.real.node import CNI_BIN_DIR, RealNode
+from nodesync_sim.scaleout.overrides import alertmanager_config, rewrite_rules
+from nodesync_sim.scaleout.scenario import AlertmanagerSpec, RuleOverrides
+from tests.support.kubeapi import SETUP_SCRIPT, find_binaries, install_crd
+from tests.support.realkube import (
+    AGENT_RBAC,
+    CONTROLLER_RBAC,
+    DELETE_NODES_RBAC,
+    apply_rbac,
+    wait_allowed,
+)
+
+WAVE_LABEL = "nodesync.test/wave"
+CONTROLLER_JOB = "nodesync-controller"
+AGENT_JOB = "nodesync-agent"
+NODE_MONITOR_GRACE_PERIOD = "20s"  # the controller-manager's, and the controller's guard
+START_TIMEOUT = 60.0
+POLL = 0.1
+
+#: Timers of the shipped rules and route, shortened for a test (docs/e2e.md says why each).
+RULES = RuleOverrides(
+    thresholds={
+        "node_not_ready_threshold_seconds": 5,
+        "lease_stale_threshold_seconds": 30,  # above the grace period
+        "pod_pending_threshold_seconds": 20,
+        "cri_down_threshold_seconds": 5,
+    },
+    for_all=3.0,
+    keep_firing_for_all=10.0,
+)
+ALERTMANAGER = AlertmanagerSpec(group_wait=1.0, group_interval=1.0, repeat_interval=5.0)
+#: The agent's flags on a real node: it syncs every second, judges drift after 10 s.
+AGENT_ARGS = (
+    "--sync.period=1s",
+    "--cri.timeout=1s",
+    "--apiserver.initial-jitter=0s",
+    "--drift.grace-period=10s",
+    "--stats.period=0s",
+    "--log.level=info",
+)
+CONTROLLER_ARGS = (
+    f"--wave.label={WAVE_LABEL}",
+    "--rollback.delete-nodes=true",
+    "--guard.max-rollback-fraction=1",
+    f"--guard.node-monitor-grace-period={NODE_MONITOR_GRACE_PERIOD}",
+    "--apiserver.qps=100",
+    "--apiserver.burst=100",
+    "--log.level=info",
+)
+
+
+def until(condition: Callable[[], Any], what: str, timeout: float = START_TIMEOUT) -> Any:
+    """Poll ``condition`` until it returns something truthy (returned); fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(POLL)
+
+
+def kube_binaries() -> Binaries:
+    """The Kubernetes binaries; fails the running test when any is missing."""
+    result = subprocess.run(
+        [str(SETUP_SCRIPT), "--print-dir", "--no-build"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    directory = result.stdout.strip()
+    if result.returncode != 0 or not directory:
+        reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        pytest.fail(f"no Kubernetes binaries: {reason}; run scripts/setup-kube-apiserver",
+                    pytrace=False)  # fmt: skip
+    try:
+        return Binaries.in_directory(Path(directory))
+    except RuntimeError as error:
+        pytest.fail(f"{error}; run scripts/setup-kube-apiserver", pytrace=False)
+
+
+def require_node_binaries() -> None:
+    missing = missing_binaries()
+    if not Path(CNI_BIN_DIR, "loopback").is_file():
+        missing.append(f"{CNI_BIN_DIR}/loopback (Debian package containernetworking-plugins)")
+    missing += [name for name in ("unshare", "nsenter", "openssl") if shutil.which(name) is None]
+    if missing:
+        pytest.fail("a real node needs: " + ", ".join(missing), pytrace=False)
+
+
+def _http_status(url: str) -> int:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=2.0) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except OSError:
+        return 0
+
+
+class Agent:
+    """The ``nodesync agent`` process of one real node, in the node's namespace."""
+
+    def __init__(self, node: RealNode, kubeconfig: Path) -> None:
+        self.node = node
+        self.port = free_port()
+        self.process = node.spawn(
+            "nodesync-agent",
+            [
+                *(sys.executable, "-m", "exporter", "agent"),
+                f"--node.name={node.name}",
+                f"--kubeconfig={kubeconfig}",
+                f"--kubelet.healthz-url={node.healthz_url}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                *AGENT_ARGS,
+            ],
+            env=dict(os.environ),
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self) -> None:
+        self.process.wait_until(
+            lambda: _http_status(self.url + "/metrics") == 200,
+            timeout=START_TIMEOUT,
+            what="serving /metrics",
+        )
+
+    def metrics(self) -> str:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(self.url + "/metrics", timeout=5.0) as answer:
+            return str(answer.read().decode())
+
+
+class RealChain:
+    """See the module docstring."""
+
+    def __init__(self, binaries: Binaries, etcd: str) -> None:
+        self.cluster = RealCluster(binaries, etcd)
+        self.workdir = Path(tempfile.mkdtemp(prefix="nodesync-realchain-"))
+        self.hook_token = os.urandom(16).hex()
+        self.controller: ChildProcess | None = None
+        self.controller_port = 0
+        self.prometheus: LocalPrometheus | None = None
+        self.alertmanager: LocalAlertmanager | None = None
+        self.agents: dict[str, Agent] = {}
+        self._healthy: list[RealNode] = []
+        self._waves = 0
+
+    @property
+    def api(self) -> LocalKubeAPIServer:
+        return self.cluster.plane.apiserver
+
+    @property
+    def controller_url(self) -> str:
+        return f"http://127.0.0.1:{self.controller_port}"
+
+    # -- start
+
+    def start(self) -> None:
+        self.cluster.start()
+        api = self.api
+        install_crd(api)
+        for manifest in (AGENT_RBAC, CONTROLLER_RBAC, DELETE_NODES_RBAC):
+            apply_rbac(api, manifest)
+        wait_allowed(api, CONTROLLER, "/apis/nodesync.io/v1alpha1/noderollbacks")
+        wait_allowed(api, AGENT, "/api/v1/pods")
+        self._start_controller()
+        self._start_alerting()
+
+    def _start_controller(self) -> None:
+        token_file = self.workdir / "hook-token"
+        token_file.write_text(self.hook_token)
+        token_file.chmod(0o600)
+        self.controller_port = free_port()
+        self.controller = ChildProcess(
+            [
+                *(sys.executable, "-m", "exporter", "controller"),
+                f"--kubeconfig={self.api.kubeconfig(CONTROLLER)}",
+                f"--web.listen-address=127.0.0.1:{self.controller_port}",
+                f"--journal.path={self.workdir / 'journal.db'}",
+                f"--webhook.token-file={token_file}",
+                *CONTROLLER_ARGS,
+            ],
+            log_path=self.workdir / "controller.log",
+            name="nodesync-controller",
+        )
+        self.controller.start()
+        self.controller.wait_until(
+            lambda: _http_status(self.controller_url + "/readyz") == 200,
+            timeout=START_TIMEOUT,
+            what="ready",
+        )
+
+    def _start_alerting(self) -> None:
+        config = alertmanager_config(
+            SHIPPED_ALERTMANAGER,
+            ALERTMANAGER,
+            hook_url=f"{self.controller_url}/alerts",
+            token_file=self.workdir / "hook-token",
+        )
+        self.alertmanager = LocalAlertmanager(config, base_dir=self.workdir)
+        self.alertmanager.start()
+        rule_files = rewrite_rules(
+            sorted(SHIPPED_RULES.glob("*.yml")), RULES, self.workdir / "rules"
+        )
+        self.prometheus = LocalPrometheus(
+            self._scrape_configs(),
+            rule_files,
+            alertmanager_urls=[self.alertmanager.url],
+            base_dir=self.workdir,
+        )
+        self.prometheus.start()
+
+    def _scrape_configs(self) -> list[dict[str, Any]]:
+        configs: list[dict[str, Any]] = [
+            {
+                "job_name": CONTROLLER_JOB,
+                "static_configs": [{"targets": [f"127.0.0.1:{self.controller_port}"]}],
+            }
+        ]
+        if self.agents:
+            configs.append(
+                {
+                    "job_name": AGENT_JOB,
+                    "static_configs": [
+                        {"targets": [f"127.0.0.1:{agent.port}"], "labels": {"node": name}}
+                        for name, agent in sorted(self.agents.items())
+                    ],
+                }
+            )
+        return configs
+
+    def _reload_targets(self) -> None:
+        prometheus = self.prom
+        prometheus.config["scrape_configs"] = self._scrape_configs()
+        prometheus.reload()
+
+    @property
+    def prom(self) -> LocalPrometheus:
+        assert self.prometheus is not None
+        return self.prometheus
+
+    @property
+    def am(self) -> LocalAlertmanager:
+        assert self.alertmanager is not None
+        return self.alertmanager
+
+    # -- nodes
+
+    def join(self, *, wave: str | None = None, **node_args: Any) -> RealNode:
+        """A node joins (a wave of its own unless ``wave``), with its agent; returns once its
+        Node is Ready and the agent serves its metrics (Prometheus scrapes it from now on)."""
+        if wave is None:
+            self._waves += 1
+            wave = f"wave-{self._waves}"
+        node = self.cluster.add_node({WAVE_LABEL: wave}, **node_args)
+        agent = Agent(node, self.api.kubeconfig(AGENT))
+        self.agents[node.name] = agent
+        agent.wait_ready()
+        self._reload_targets()
+        return node
+
+    def leave(self, node: RealNode) -> None:
+        """The node leaves: its agent, kubelet, containerd and every trace of it go."""
+        self.agents.pop(node.name, None)
+        if node in self._healthy:
+            self._healthy.remove(node)
+        self._reload_targets()
+        self.cluster.remove_node(node)
+
+    def keep(self, node: RealNode) -> None:
+        """``node`` is healthy and stays for the next tests (:meth:`healthy_node`)."""
+        if node not in self._healthy:
+            self._healthy.append(node)
+
+    def healthy_node(self) -> RealNode:
+        """A Ready node a test may use without breaking it (joins one the first time)."""
+        if not self._healthy:
+            self._healthy.append(self.join())
+        return self._healthy[0]
+
+    # -- end
+
+    def cleanup(self) -> None:
+        for service in (self.prometheus, self.alertmanager):
+            if service is not None:
+                service.cleanup()
+        if self.controller is not None:
+            self.controller.stop()
+        self.cluster.cleanup()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def leftovers(self) -> list[str]:
+        found = self.cluster.leftovers()
+        for service in (self.prometheus, self.alertmanager):
+            if service is not None:
+                found += service.leftovers()
+        if self.controller is not None and self.controller.running:
+            found.append(f"controller pid {self.controller.pid}")
+        if self.workdir.exists():
+            found.append(str(self.workdir))
+        return found
+
+
+@pytest.fixture(scope="session")
+def realchain() -> Iterator[RealChain]:
+    """The session's real cluster with the nodesync chain (see the module docstring)."""
+    binaries = kube_binaries()
+    _, etcd = find_binaries()
+    require_node_binaries()
+    chain = RealChain(binaries, etcd)
+    try:
+        chain.start()
+        yield chain
+    finally:
+        chain.cleanup()
+    leftovers = chain.leftovers()
+    assert not leftovers, f"the real cluster left things behind: {leftovers}"
