@@ -32,6 +32,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -204,12 +205,47 @@ def busybox_image_archive(image_ref: str = IMAGE_REF) -> bytes:
 # containerd itself.
 
 
-def _config_toml(base: Path, image_ref: str) -> str:
+@dataclass(frozen=True)
+class ContainerdLayout:
+    """Where a containerd keeps its files and sockets (paths as containerd sees them)."""
+
+    root: str
+    state: str
+    socket: str
+    ttrpc_socket: str
+    opt: str
+    cni_bin_dir: str
+    cni_conf_dir: str
+    runc_root: str | None = None
+    """None: runc's default under the state directory."""
+    cri_options: tuple[str, ...] = ()
+    """More ``key = value`` lines of the CRI plugin."""
+
+    @classmethod
+    def private(cls, base: Path) -> ContainerdLayout:
+        """Everything in one short fresh directory (:class:`LocalContainerd`)."""
+        return cls(
+            root=f"{base}/root",
+            state=f"{base}/state",
+            socket=f"{base}/c.sock",
+            ttrpc_socket=f"{base}/t.sock",
+            opt=f"{base}/opt",
+            cni_bin_dir=f"{base}/cni/bin",
+            cni_conf_dir=f"{base}/cni/conf",
+            runc_root=f"{base}/runc",
+        )
+
+
+def config_toml(layout: ContainerdLayout, image_ref: str) -> str:
+    """A version-2 config: the layout's paths, the CRI plugin with ``image_ref`` as the sandbox
+    image, overlayfs, runc v2 with cgroupfs."""
     cri = '[plugins."io.containerd.grpc.v1.cri"]'
+    options = "".join(f"  {line}\n" for line in layout.cri_options)
+    runc_root = f'  Root = "{layout.runc_root}"\n' if layout.runc_root else ""
     return f"""\
 version = 2
-root = "{base}/root"
-state = "{base}/state"
+root = "{layout.root}"
+state = "{layout.state}"
 disabled_plugins = [
   "io.containerd.snapshotter.v1.aufs",
   "io.containerd.snapshotter.v1.btrfs",
@@ -219,26 +255,26 @@ disabled_plugins = [
 ]
 
 [grpc]
-  address = "{base}/c.sock"
+  address = "{layout.socket}"
 
 [ttrpc]
-  address = "{base}/t.sock"
+  address = "{layout.ttrpc_socket}"
 
 [debug]
   level = "info"
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{base}/opt"
+  path = "{layout.opt}"
 
 {cri}
   sandbox_image = "{image_ref}"
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-
+{options}
 {cri[:-1]}.cni]
-  bin_dir = "{base}/cni/bin"
-  conf_dir = "{base}/cni/conf"
+  bin_dir = "{layout.cni_bin_dir}"
+  conf_dir = "{layout.cni_conf_dir}"
 
 {cri[:-1]}.containerd]
   snapshotter = "overlayfs"
@@ -249,8 +285,7 @@ disabled_plugins = [
 
 {cri[:-1]}.containerd.runtimes.runc.options]
   SystemdCgroup = false
-  Root = "{base}/runc"
-"""
+{runc_root}"""
 
 
 def _umount_detach(path: str) -> None:
@@ -441,7 +476,7 @@ class LocalContainerd:
 
     def _config(self) -> str:
         """The text of config.toml (a real node's containerd has its own, nodesync_sim.real)."""
-        return _config_toml(self.directory, self._image_ref)
+        return config_toml(ContainerdLayout.private(self.directory), self._image_ref)
 
     def _command(self) -> list[str]:
         return [self._binary("containerd"), "--config", str(self.directory / "config.toml")]

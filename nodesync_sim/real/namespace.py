@@ -56,6 +56,7 @@ class MountNamespace:
         self.directory = directory
         self._holder: ChildProcess | None = None
         self._ns: str | None = None
+        self._fd: int | None = None
 
     @property
     def pid(self) -> int:
@@ -92,6 +93,9 @@ class MountNamespace:
             lambda: _mnt_ns(self.pid) not in (None, mine), timeout=_TIMEOUT, what="unshared"
         )
         self._ns = _mnt_ns(self.pid)
+        # Held open until release(): the namespace's inode number cannot be reused meanwhile,
+        # so processes() never mistakes another program's new namespace for this one.
+        self._fd = os.open(f"/proc/{self.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
 
     def run(self, *argv: str) -> None:
         """Run a command in the namespace; fail with its output."""
@@ -126,8 +130,8 @@ class MountNamespace:
             self.bind(source, f"/proc/sys/{entry}")
 
     def processes(self) -> list[int]:
-        """PIDs of every process in the namespace (the holder included)."""
-        if self._ns is None:
+        """PIDs of every process in the namespace (the holder included); none once released."""
+        if self._ns is None or self._fd is None:
             return []
         found = []
         for entry in os.listdir("/proc"):
@@ -136,6 +140,17 @@ class MountNamespace:
         return found
 
     def stop(self) -> None:
-        """Stop the holder by PID; the namespace goes with the last process in it."""
+        """Stop the holder by PID; the namespace goes with the last process in it, once
+        :meth:`release`d."""
         if self._holder is not None:
             self._holder.stop()
+
+    def release(self) -> bool:
+        """Let the namespace go, if no process is left in it; whether it was let go."""
+        if self._fd is None:
+            return True
+        if self.processes():
+            return False
+        os.close(self._fd)
+        self._fd = None
+        return True

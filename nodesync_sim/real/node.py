@@ -32,7 +32,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodesync_sim.containerd import IMAGE_REF, LocalContainerd, _all_threads_stopped, _pid_alive
+from nodesync_sim.containerd import (
+    IMAGE_REF,
+    ContainerdLayout,
+    LocalContainerd,
+    _all_threads_stopped,
+    _pid_alive,
+    config_toml,
+)
 from nodesync_sim.process import ChildProcess, free_port
 from nodesync_sim.real.namespace import MountNamespace
 from nodesync_sim.real.pki import ClientCA
@@ -88,39 +95,18 @@ class NodeContainerd(LocalContainerd):
     def _config(self) -> str:
         self.cni_conf_dir.mkdir(exist_ok=True)
         (self.cni_conf_dir / "10-loopback.conflist").write_text(json.dumps(LOOPBACK_CNI))
-        cri = '[plugins."io.containerd.grpc.v1.cri"]'
-        return f"""\
-version = 2
-root = "{CONTAINERD_ROOT}"
-state = "/run/containerd"
-
-[grpc]
-  address = "{CONTAINERD_SOCKET}"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{CONTAINERD_ROOT}/opt"
-
-{cri}
-  sandbox_image = "{IMAGE_REF}"
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-
-{cri[:-1]}.cni]
-  bin_dir = "{CNI_BIN_DIR}"
-  conf_dir = "{self.cni_conf_dir}"
-
-{cri[:-1]}.containerd]
-  snapshotter = "overlayfs"
-  default_runtime_name = "runc"
-
-{cri[:-1]}.containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-{cri[:-1]}.containerd.runtimes.runc.options]
-  SystemdCgroup = false
-"""
+        layout = ContainerdLayout(
+            root=CONTAINERD_ROOT,
+            state="/run/containerd",
+            socket=CONTAINERD_SOCKET,
+            ttrpc_socket=CONTAINERD_SOCKET + ".ttrpc",
+            opt=f"{CONTAINERD_ROOT}/opt",
+            cni_bin_dir=CNI_BIN_DIR,
+            cni_conf_dir=str(self.cni_conf_dir),
+            # pod network namespaces in the tmpfs, not in the machine's /var/run/netns
+            cri_options=("netns_mounts_under_state_dir = true",),
+        )
+        return config_toml(layout, IMAGE_REF)
 
     def _command(self) -> list[str]:
         return [*self.namespace.command(), *super()._command()]
@@ -369,6 +355,7 @@ class RealNode:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         _wait(lambda: not [p for p in self.namespace.processes() if _pid_alive(p)], 5.0)
+        _wait(self.namespace.release, 5.0)
         self._remove_cgroups()
         shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -5,7 +5,10 @@ The machine is shared (other test runs start their own containerd, pods and moun
 mounts under /tmp and /var/cache are compared only inside the cluster's directory, cgroups of
 other private containerds (``/nodesync-ns-*``) are left out; every process that belongs to the
 cluster (in a node's mount namespace, in a node's cgroups, or naming the cluster's directory) is
-compared.
+compared. Cgroups: in every hierarchy the top-level ones a kubelet of the cluster makes
+(``/nodesync-node-*``, its cgroup root) or would make without one (``/kubepods*``), and the
+whole tree under the cgroup roots named; other top-level cgroups come and go with other
+programs (image builds, private containerds).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ SYSCTLS = (
     "net/ipv4/vs/conntrack",
 )
 _CGROUP_FS = Path("/sys/fs/cgroup")
-_OTHER_CONTAINERDS = "nodesync-ns-"
+_KUBELET_CGROUPS = ("nodesync-node-", "kubepods")
 _COUNTERS = re.compile(r"\[\d+:\d+\]")
 
 
@@ -77,13 +80,17 @@ def _mounts(cluster_dir: Path) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def _cgroups() -> tuple[str, ...]:
+def _cgroups(roots: set[str]) -> tuple[str, ...]:
     found = []
     for hierarchy in sorted(_CGROUP_FS.iterdir()):
-        for top in sorted(hierarchy.iterdir()):
-            if top.is_dir() and not top.name.startswith(_OTHER_CONTAINERDS):
-                found.append(f"{hierarchy.name}/{top.name}")
-    return tuple(found)
+        for top in hierarchy.iterdir():
+            if not top.is_dir():
+                continue
+            if top.name.startswith(_KUBELET_CGROUPS):
+                found.append(str(top.relative_to(_CGROUP_FS)))
+            if f"/{top.name}" in roots:
+                found += [str(Path(d).relative_to(_CGROUP_FS)) for d, _, _ in os.walk(top)]
+    return tuple(sorted(found))
 
 
 def _processes(cluster_dir: Path, namespaces: set[str], cgroup_roots: set[str]) -> tuple[str, ...]:
@@ -113,6 +120,6 @@ def snapshot(
         sysctls={name: _read(f"/proc/sys/{name}") for name in SYSCTLS},
         iptables=_iptables(),
         mounts=_mounts(cluster_dir),
-        cgroups=_cgroups(),
+        cgroups=_cgroups(cgroup_roots or set()),
         processes=_processes(cluster_dir, namespaces or set(), cgroup_roots or set()),
     )

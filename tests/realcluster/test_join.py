@@ -19,7 +19,7 @@ from tests.realcluster.helpers import (
 )
 from tests.support.realcluster import RealChain, until
 
-pytestmark = pytest.mark.realcluster
+pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(300)]
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 

@@ -9,7 +9,7 @@ from tests.realcluster.helpers import create_pod, namespace, pod, wait_phase
 from tests.realcluster.machine import snapshot
 from tests.support.realcluster import RealChain
 
-pytestmark = pytest.mark.realcluster
+pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(300)]
 
 
 def test_a_node_that_joins_runs_a_pod_and_leaves_changes_nothing_on_the_machine(
@@ -17,6 +17,7 @@ def test_a_node_that_joins_runs_a_pod_and_leaves_changes_nothing_on_the_machine(
 ) -> None:
     cluster_dir = realchain.cluster.plane.dir
     before = snapshot(cluster_dir)
+    assert not [c for c in before.cgroups if "kubepods" in c.split("/")[1]]
 
     node = realchain.join()
     with namespace(realchain.api) as ns:
@@ -26,7 +27,8 @@ def test_a_node_that_joins_runs_a_pod_and_leaves_changes_nothing_on_the_machine(
         during = snapshot(cluster_dir, *marks)
         # The check sees a node: its processes and its cgroups are there while it runs...
         assert set(during.processes) > set(before.processes)
-        assert any(node.cgroup_root.lstrip("/") in c for c in during.cgroups)
+        pod_cgroups = [c for c in during.cgroups if "/kubepods/besteffort/pod" in c]
+        assert {c.split("/")[0] for c in pod_cgroups} >= {"memory", "cpu", "unified"}
         # ... while the machine's settings are untouched even now (kubelet wrote into the files
         # bind-mounted over them, if anything) and nothing is mounted on the machine.
         assert during.sysctls == before.sysctls
