@@ -5,11 +5,13 @@ The executor (exporter.controller.executor) decides which rollbacks are driven a
 module is what happens to one of them. For each step: exporter.controller.steps re-checks the
 node (``precheck``) and acts (``execute``); the step is recorded ``running`` with what it
 observed before it acts (the intent), and its outcome with its Event after. Every status write
-carries the resourceVersion read (exporter.kube.noderollbacks), so exactly one writer starts a
-step. A step found ``running`` (after a wait, or a crash of another leader) runs again without
-new intent: every step is idempotent and finds out what its first run did. A step's writes
-wait for the API budget at the step's index (exporter.kube.ratelimit), so that rollbacks not yet
-begun go before the later steps of those under way.
+carries the resourceVersion of the object it is made from (exporter.kube.noderollbacks), so
+exactly one writer starts a step: each is made from the object the driver holds, and the object
+is read again only when another writer changed it (409). A step found ``running`` (after a
+wait, or a crash of another leader) runs again without new intent: every step is idempotent
+and finds out what its first run did. A step's writes wait for the API budget at the step's
+index (exporter.kube.ratelimit), so that rollbacks not yet begun go before the later steps of
+those under way.
 """
 
 from __future__ import annotations
@@ -118,12 +120,12 @@ class Driver:
             await self._audit.decided(rollback, rollback.spec.trigger.alertname)
             fresh = initial_status(rollback.spec, rollback.generation)
             return await self._writes.change_status(
-                rollback.name, lambda r: fresh if r.status.observed_generation == 0 else None
+                rollback, lambda r: fresh if r.status.observed_generation == 0 else None
             )
         if rollback.generation > status.observed_generation:
             log.info("replanning an escalated rollback", extra={"rollback": rollback.name})
             return await self._writes.change_status(
-                rollback.name, lambda r: replan(r.status, r.spec, r.generation)
+                rollback, lambda r: replan(r.status, r.spec, r.generation)
             )
         if status.phase is Phase.PENDING and not touched(status) and await self._resolved(rollback):
             await self._audit.stopped(
@@ -133,7 +135,7 @@ class Driver:
             )
             now = self._clock()
             return await self._writes.change_status(
-                rollback.name,
+                rollback,
                 lambda r: cancel(r.status, ALERT_RESOLVED, "its alerts resolved", now),
             )
         return rollback
@@ -151,7 +153,7 @@ class Driver:
         """Step ``index``: re-check, record the intent, act, record the outcome. True when the
         driver should go on with the next step. ``queued``: driven without a slot (its outcome
         says so when the next step needs one)."""
-        name = rollback.name
+        started: NodeRollback | None = rollback
         try:
             pre = await self._steps.precheck(rollback, index)
             if isinstance(pre, StepResult):
@@ -159,11 +161,10 @@ class Driver:
             if isinstance(pre, Wait):
                 await self._wait(rollback, index, pre)
                 return False
-            started: NodeRollback | None = rollback
             if rollback.status.steps[index].state is StepState.PENDING:
                 now = self._clock()  # the intent, before the effect
                 started = await self._writes.change_status(
-                    name, lambda r: _intent(r, index, now, pre.observed)
+                    rollback, lambda r: _intent(r, index, now, pre.observed)
                 )
             # else: running already (its intent recorded): resumed after a wait or a restart
             if started is None:
@@ -189,7 +190,7 @@ class Driver:
         ):
             until = self._clock() + wait.retry_in
             await self._writes.change_status(
-                rollback.name,
+                rollback,
                 lambda r: wait_step(
                     r.status,
                     index,
@@ -256,7 +257,7 @@ class Driver:
                 return None
             return finish_step(current.status, index, result, now, queued=queued)
 
-        written = await self._writes.change_status(rollback.name, finished)
+        written = await self._writes.change_status(rollback, finished)
         self.metrics.action(kind.value, result.state.value)
         log_level = logging.WARNING if result.state is StepState.FAILED else logging.INFO
         log.log(

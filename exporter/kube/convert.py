@@ -1,7 +1,8 @@
 """API JSON objects (plain dicts) -> exporter.model.kube dataclasses, through msgspec structs.
 
-Each kind is read as a msgspec struct holding only the fields nodesync reads (below; a field to
-read more of an object is one line in its struct and one in its converter). The structs are
+Each kind is read as a msgspec struct holding only the fields nodesync reads
+(exporter.kube.objects; a field to read more of an object is one line in its struct and one
+in its converter). The structs are
 checked as the API server's types say: an object with a field of the wrong type or shape, or
 without identity (no metadata, no name, no namespace for a namespaced kind), raises
 :class:`ConversionError` with the field's JSON path (``$.spec.taints[0].key: expected `str`,
@@ -20,10 +21,23 @@ converter that reads them, and the kinds share the metadata structs and the time
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
+from exporter.kube.objects import (
+    ContainerState,
+    ContainerStatus,
+    Lease,
+    LeaseSpec,
+    NamespacedMeta,
+    Node,
+    NodeSpec,
+    NodeStatus,
+    Pod,
+    PodSpec,
+    PodStatus,
+)
 from exporter.model.codec import error_message
 from exporter.model.kube import (
     ContainerStatusInfo,
@@ -48,136 +62,7 @@ def timestamp(value: Any) -> float | None:
     return parse_time(value)
 
 
-# ---------------------------------------------------------------- the structs
-
-_Name = Annotated[str, msgspec.Meta(min_length=1)]
-_Labels = dict[str, str] | None
-
-
-class _Struct(msgspec.Struct, frozen=True, gc=False, rename="camel"):
-    """An API object's part: camelCase on the wire, unknown fields ignored."""
-
-
-class OwnerReference(_Struct, frozen=True, gc=False):
-    kind: str = ""
-    controller: bool | None = None
-
-
-class ObjectMeta(_Struct, frozen=True, gc=False):
-    name: _Name
-    uid: str = ""
-    resource_version: str = ""
-    creation_timestamp: str | None = None
-    labels: _Labels = None
-    annotations: _Labels = None
-
-
-class NamespacedMeta(ObjectMeta, frozen=True, gc=False):
-    namespace: _Name = ""  # required in practice: checked by _namespaced
-    owner_references: list[OwnerReference] | None = None
-    deletion_timestamp: str | None = None
-    deletion_grace_period_seconds: int | None = None
-
-
-class TaintWire(_Struct, frozen=True, gc=False):
-    key: str = ""
-    effect: str = ""
-    value: str = ""
-    time_added: str | None = None
-
-
-class NodeSpec(_Struct, frozen=True, gc=False):
-    unschedulable: bool | None = None
-    taints: list[TaintWire] | None = None
-
-
-class NodeConditionWire(_Struct, frozen=True, gc=False):
-    type: str = ""
-    status: str = ""
-    reason: str = ""
-    last_transition_time: str | None = None
-    last_heartbeat_time: str | None = None
-
-
-class NodeStatus(_Struct, frozen=True, gc=False):
-    conditions: list[NodeConditionWire] | None = None
-
-
-class Node(_Struct, frozen=True, gc=False):
-    metadata: ObjectMeta
-    spec: NodeSpec | None = None
-    status: NodeStatus | None = None
-
-
-class LeaseSpec(_Struct, frozen=True, gc=False):
-    holder_identity: str | None = None
-    lease_duration_seconds: int | None = None
-    renew_time: str | None = None
-
-
-class Lease(_Struct, frozen=True, gc=False):
-    metadata: NamespacedMeta
-    spec: LeaseSpec | None = None
-
-
-class Volume(_Struct, frozen=True, gc=False):
-    empty_dir: dict[str, Any] | None = None
-
-
-class PodSpec(_Struct, frozen=True, gc=False):
-    node_name: str = ""
-    volumes: list[Volume] | None = None
-
-
-class Started(_Struct, frozen=True, gc=False):
-    started_at: str | None = None
-
-
-class Waiting(_Struct, frozen=True, gc=False):
-    reason: str = ""
-
-
-class Terminated(_Struct, frozen=True, gc=False):
-    reason: str = ""
-    exit_code: int | None = None
-    started_at: str | None = None
-
-
-class ContainerState(_Struct, frozen=True, gc=False):
-    waiting: Waiting | None = None
-    running: Started | None = None
-    terminated: Terminated | None = None
-
-
-class ContainerStatus(_Struct, frozen=True, gc=False):
-    name: _Name
-    ready: bool | None = None
-    restart_count: int = 0
-    state: ContainerState | None = None
-    last_state: ContainerState | None = None
-
-
-class PodCondition(_Struct, frozen=True, gc=False):
-    type: str = ""
-    status: str = ""
-    last_transition_time: str | None = None
-
-
-class PodStatus(_Struct, frozen=True, gc=False):
-    phase: str | None = None
-    start_time: str | None = None
-    conditions: list[PodCondition] | None = None
-    init_container_statuses: list[ContainerStatus] | None = None
-    container_statuses: list[ContainerStatus] | None = None
-
-
-class Pod(_Struct, frozen=True, gc=False):
-    metadata: NamespacedMeta
-    spec: PodSpec | None = None
-    status: PodStatus | None = None
-
-
-S = TypeVar("S", bound=_Struct)
+S = TypeVar("S", bound=msgspec.Struct)
 
 _EMPTY_NODE_SPEC = NodeSpec()
 _EMPTY_NODE_STATUS = NodeStatus()

@@ -137,13 +137,49 @@ def test_what_cannot_be_a_rollback_is_an_error(change: object) -> None:
         node_rollback(obj)
 
 
-def test_odd_status_fields_read_as_absent() -> None:
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        pytest.param(
+            {"steps": [{"name": "cordon", "state": "exploded"}]},
+            "$.status.steps[0].state: invalid enum value 'exploded'",
+            id="unknown-step-state",
+        ),
+        pytest.param(
+            {"steps": [{"name": "cordon"}, {"name": 5}]},
+            "$.status.steps[1].name: expected `str`, got `int`",
+            id="step-name-number",
+        ),
+        pytest.param(
+            {"steps": ["x"]}, "$.status.steps[0]: expected `object`, got `str`", id="step-text"
+        ),
+        pytest.param(
+            {"triggers": "none"}, "$.status.triggers: expected `array`, got `str`", id="triggers"
+        ),
+        pytest.param(
+            {"triggers": [{"fingerprint": "ab", "startsAt": "soon"}]},
+            "$.status.triggers[0].startsAt: not an RFC 3339 time: 'soon'",
+            id="trigger-time",
+        ),
+        pytest.param(
+            {"phase": "Exploded"}, "$.status.phase: invalid enum value 'Exploded'", id="phase"
+        ),
+        pytest.param(
+            {"observedGeneration": "1"},
+            "$.status.observedGeneration: expected `int`, got `str`",
+            id="generation-text",
+        ),
+    ],
+)
+def test_a_malformed_status_is_an_error_naming_the_field(
+    damage: dict[str, object], message: str
+) -> None:
+    """A damaged status never reads as another state (not even as just created)."""
     obj = served(rollback())
-    obj["status"]["steps"] = [{"name": "cordon", "state": "exploded"}, {"name": 5}, "x"]  # type: ignore[index]
-    obj["status"]["triggers"] = "none"  # type: ignore[index]
-    back = node_rollback(obj)
-    assert back.status.steps == ()
-    assert back.status.triggers == (back.spec.trigger,)
+    obj["status"].update(damage)  # type: ignore[union-attr]
+    with pytest.raises(ConversionError) as raised:
+        node_rollback(obj)
+    assert str(raised.value) == message
 
 
 def test_the_json_is_what_the_crd_describes() -> None:
