@@ -2,8 +2,7 @@
 
 Each kind is read as a msgspec struct holding only the fields nodesync reads
 (exporter.kube.objects; a field to read more of an object is one line in its struct and one
-in its converter). The structs are
-checked as the API server's types say: an object with a field of the wrong type or shape, or
+in its converter). The structs are checked as the API server's types say: an object with a field of the wrong type or shape, or
 without identity (no metadata, no name, no namespace for a namespaced kind), raises
 :class:`ConversionError` with the field's JSON path (``$.spec.taints[0].key: expected `str`,
 got `int```). Callers that convert lists and watches skip such an object, count and log it,
@@ -13,9 +12,6 @@ and keep the rest: one bad object never fails a list.
 strings (Time: seconds; MicroTime: microseconds) and become Unix seconds as floats; a missing
 or unparsable time is None (``created_at``: 0.0, i.e. "old"). A pod without a phase is Pending
 (the API server creates every pod Pending).
-
-Stays whole: one job, reading the API's objects; each kind's wire structs sit beside the
-converter that reads them, and the kinds share the metadata structs and the time parsing.
 """
 
 from __future__ import annotations

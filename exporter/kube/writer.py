@@ -1,15 +1,17 @@
-"""Every write nodesync makes to the API server, each idempotent and safe to repeat.
+"""The writes nodesync makes to Nodes (cordon, taints, annotations, deletion), each idempotent
+and safe to repeat, and :class:`KubeWriter`, which gathers every kind of write (and the reads
+they make) behind one object for the roles.
 
 Each write reads the live object first and does nothing when it is already so ("changed" is
 False), or when the object is gone: "not found" is success, as for the CRI cleanup calls. Each
-write request takes a token of the shared :class:`AsyncRateLimiter` first (retries included;
-reads take none). With ``dry_run`` nothing is written at all: the live state is still read and
-the result says what would have happened (``dry_run=True``).
+write request takes a token of the shared write budget first (exporter.kube.writing); with
+``dry_run`` nothing is written and the result says what would have happened.
 
 Where a race matters the write carries what was read: taints are rewritten with the Node's
 resourceVersion (409 Conflict: read again and retry, a few times), a Node is deleted with a
-precondition on its uid, a pod is evicted with a precondition on its uid. Cordon, uncordon and
-annotations are per-field patches that cannot lose a concurrent change.
+precondition on its uid, a pod is evicted with a precondition on its uid
+(exporter.kube.eviction). Cordon, uncordon and annotations are per-field patches that cannot
+lose a concurrent change. Events: exporter.kube.events; the reads: exporter.kube.reads.
 
 Failures other than those handled here are raised as :mod:`exporter.kube.errors`.
 """
@@ -17,85 +19,35 @@ Failures other than those handled here are raised as :mod:`exporter.kube.errors`
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
 
 from exporter.kube.api import JSONObject, KubeAPI
-from exporter.kube.convert import ConversionError, node_info, pod_info
-from exporter.kube.errors import (
-    AlreadyExists,
-    Conflict,
-    InvalidResponse,
-    NotFound,
-    TooManyRequests,
-)
-from exporter.kube.informer import Backoff
+from exporter.kube.errors import Conflict, NotFound
+from exporter.kube.events import EventRecorder, event_name
+from exporter.kube.eviction import EvictionResult, Evictions
 from exporter.kube.ratelimit import AsyncRateLimiter
-from exporter.kube.resources import EVENTS, NODES, PODS, Resource
+from exporter.kube.reads import ObjectReads
+from exporter.kube.resources import NODES
+from exporter.kube.writing import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Channel, WriteResult
 from exporter.model.kube import NodeInfo, PodInfo, Taint
 from exporter.model.rfc3339 import format_time
 
-__all__ = ["AsyncRateLimiter", "EvictionResult", "KubeWriter", "WriteResult"]
+__all__ = [
+    "MERGE_PATCH",
+    "AsyncRateLimiter",
+    "EvictionResult",
+    "KubeWriter",
+    "WriteResult",
+    "event_name",
+]
 
 log = logging.getLogger(__name__)
 
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-MERGE_PATCH = "application/merge-patch+json"
-
-#: The eviction subresource, for the request metrics' ``resource`` label only.
-EVICTIONS = Resource(
-    group="", version="v1", plural="pods/eviction", kind="Eviction", namespaced=True
-)
-#: The core group's discovery document, which names the Eviction API's version.
-CORE_DISCOVERY = Resource(
-    group="", version="v1", plural="discovery", kind="APIResourceList", namespaced=False
-)
-
 #: How often a write that lost a race (409) reads again and retries before giving up.
 CONFLICT_ATTEMPTS = 5
-#: The Status cause of an eviction refused by a PodDisruptionBudget.
-CAUSE_DISRUPTION_BUDGET = "DisruptionBudget"
-#: A server's Retry-After is honoured up to this many seconds.
-MAX_RETRY_AFTER = 30.0
-EVENT_TYPES = frozenset({"Normal", "Warning"})
-#: Longest event message written (the API's events.k8s.io limit; core/v1 shows the same).
-MAX_EVENT_MESSAGE = 1024
-_MAX_NAME = 253
-
-EvictionOutcome = Literal["evicted", "gone", "blocked", "skipped"]
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    """``changed``: the write was made (or, in a dry run, would be). False when the object was
-    already so, or is gone. ``detail`` says which, for logs and audit."""
-
-    changed: bool
-    detail: str
-    dry_run: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class EvictionResult:
-    """``evicted``: the Eviction API accepted it (or the pod is already terminating);
-    ``gone``: the pod no longer exists, or another pod took its name (uid differs);
-    ``blocked``: PodDisruptionBudgets refused it until the timeout;
-    ``skipped``: a DaemonSet or mirror pod, which eviction must not touch.
-    ``attempts`` counts eviction requests sent (0: none was needed)."""
-
-    outcome: EvictionOutcome
-    detail: str
-    attempts: int
-    dry_run: bool = False
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def taint_json(taint: Taint) -> JSONObject:
@@ -107,15 +59,11 @@ def taint_json(taint: Taint) -> JSONObject:
     return out
 
 
-def event_name(object_name: str, key: str) -> str:
-    """The Event's name for an audit key: the same key always gives the same name, so a
-    retried create is refused as AlreadyExists instead of recording the step twice."""
-    suffix = ".nodesync-" + hashlib.sha256(key.encode()).hexdigest()[:20]
-    head = object_name[: _MAX_NAME - len(suffix)].rstrip(".-") or "object"
-    return head + suffix
-
-
 class KubeWriter:
+    """Every write of nodesync: the Node's here, evictions (``evictions``) and Events
+    (``events``) in their own modules, over one budget and one dry-run switch; and the live
+    reads the steps make before they act (``reads``)."""
+
     def __init__(
         self,
         api: KubeAPI,
@@ -130,69 +78,73 @@ class KubeWriter:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self._api = api
-        self._limiter = limiter
-        self.dry_run = dry_run
-        self.component = component
-        self._backoff_initial = eviction_backoff_initial
-        self._backoff_max = eviction_backoff_max
-        self._clock = clock
-        self._wall_clock = wall_clock
-        self._sleep = sleep
-        self._rng = rng or random.Random()
-        self._eviction_api_version: str | None = None
-
-    # ------------------------------------------------------------------ plumbing
-
-    async def _write(
-        self,
-        method: str,
-        resource: Resource,
-        verb: str,
-        path: str,
-        *,
-        body: Any = None,
-        content_type: str | None = None,
-    ) -> Any:
-        if self._limiter is not None:
-            await self._limiter.acquire()
-        return await self._api.request(
-            method, resource, verb, path, body=body, content_type=content_type
+        self._channel = Channel(api, limiter=limiter, dry_run=dry_run)
+        self.reads = ObjectReads(api)
+        self._reads = self.reads
+        self.events = EventRecorder(self._channel, component=component, wall_clock=wall_clock)
+        self.evictions = Evictions(
+            self._channel,
+            self.reads,
+            backoff_initial=eviction_backoff_initial,
+            backoff_max=eviction_backoff_max,
+            clock=clock,
+            sleep=sleep,
+            rng=rng,
         )
 
-    async def _get(self, resource: Resource, name: str, namespace: str | None = None) -> Any:
-        try:
-            return await self._api.get(resource, name, namespace)
-        except NotFound:
-            return None
+    @property
+    def dry_run(self) -> bool:
+        return self._channel.dry_run
 
-    def _would(self, detail: str) -> WriteResult:
-        return WriteResult(True, f"dry run: would {detail}", dry_run=True)
+    @property
+    def component(self) -> str:
+        return self.events.component
 
-    # ------------------------------------------------------------------ reads
+    # ------------------------------------------------------------------ the parts, by name
 
     async def get_node(self, name: str) -> NodeInfo | None:
-        raw = await self._get(NODES, name)
-        if raw is None:
-            return None
-        try:
-            return node_info(raw)
-        except ConversionError as exc:
-            raise InvalidResponse(200, "InvalidResponse", f"node {name}: {exc}") from exc
+        return await self.reads.get_node(name)
 
     async def list_pods_on_node(self, node: str) -> list[PodInfo]:
-        """The pods bound to ``node``, read from the API server now (a consistent read, not
-        the watch cache). A pod that cannot be read is left out and logged."""
-        page = await self._api.list(PODS, field_selector=f"spec.nodeName={node}")
-        pods: list[PodInfo] = []
-        for item in page.items:
-            try:
-                pods.append(pod_info(item))
-            except ConversionError as exc:
-                log.warning("skipping a pod that cannot be read", extra={"error": str(exc)})
-        return pods
+        return await self.reads.list_pods_on_node(node)
 
-    # ------------------------------------------------------------------ node spec
+    async def evict(
+        self,
+        namespace: str,
+        name: str,
+        uid: str = "",
+        *,
+        timeout: float = 120.0,  # noqa: ASYNC109 - how long refusals are retried, not a deadline
+    ) -> EvictionResult:
+        return await self.evictions.evict(namespace, name, uid, timeout=timeout)
+
+    async def eviction_api_version(self) -> str:
+        return await self.evictions.eviction_api_version()
+
+    async def record_event(
+        self,
+        *,
+        kind: str,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        key: str,
+    ) -> WriteResult:
+        return await self.events.record_event(
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            reason=reason,
+            message=message,
+            type=type,
+            key=key,
+        )
+
+    # ------------------------------------------------------------------ the Node
 
     async def cordon(self, node: str) -> WriteResult:
         return await self._set_unschedulable(node, True)
@@ -202,17 +154,17 @@ class KubeWriter:
 
     async def _set_unschedulable(self, node: str, value: bool) -> WriteResult:
         verb = "cordon" if value else "uncordon"
-        raw = await self._get(NODES, node)
-        if raw is None:
+        live = await self._reads.writable_node(node)
+        if live is None:
             return WriteResult(False, f"node {node} not found")
-        if (_dict(raw.get("spec")).get("unschedulable") is True) == value:
+        if (live.spec.unschedulable is True) == value:
             return WriteResult(False, f"node {node} is already {verb}ed")
-        if self.dry_run:
-            return self._would(f"{verb} node {node}")
+        if self._channel.dry_run:
+            return self._channel.would(f"{verb} node {node}")
         # One field, no list: a patch without resourceVersion cannot lose another change.
         patch = {"spec": {"unschedulable": True if value else None}}
         try:
-            await self._write(
+            await self._channel.write(
                 "PATCH",
                 NODES,
                 "patch",
@@ -262,23 +214,20 @@ class KubeWriter:
         ``change`` returns the new list and a verb (add, update, remove), or None and why
         nothing needs to change."""
         for _ in range(CONFLICT_ATTEMPTS):
-            raw = await self._get(NODES, node)
-            if raw is None:
+            live = await self._reads.writable_node(node)
+            if live is None:
                 return WriteResult(False, f"node {node} not found")
-            meta = _dict(raw.get("metadata"))
-            raw_taints = _dict(raw.get("spec")).get("taints")
-            taints = [t for t in raw_taints if isinstance(t, dict)] if raw_taints else []
-            new, verb = change(taints)
+            new, verb = change(live.spec.taints or [])
             if new is None:
                 return WriteResult(False, verb)
-            if self.dry_run:
-                return self._would(f"{verb} {what} on node {node}")
+            if self._channel.dry_run:
+                return self._channel.would(f"{verb} {what} on node {node}")
             patch = {
-                "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
+                "metadata": {"resourceVersion": live.metadata.resource_version},
                 "spec": {"taints": new or None},
             }
             try:
-                await self._write(
+                await self._channel.write(
                     "PATCH",
                     NODES,
                     "patch",
@@ -299,10 +248,10 @@ class KubeWriter:
 
     async def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> WriteResult:
         """Set annotations (None removes one); the others are kept."""
-        raw = await self._get(NODES, node)
-        if raw is None:
+        live = await self._reads.writable_node(node)
+        if live is None:
             return WriteResult(False, f"node {node} not found")
-        current = _dict(_dict(raw.get("metadata")).get("annotations"))
+        current = live.metadata.annotations or {}
         patch = {
             k: v
             for k, v in annotations.items()
@@ -311,10 +260,10 @@ class KubeWriter:
         keys = ", ".join(sorted(patch))
         if not patch:
             return WriteResult(False, f"node {node} already has these annotations")
-        if self.dry_run:
-            return self._would(f"annotate node {node}: {keys}")
+        if self._channel.dry_run:
+            return self._channel.would(f"annotate node {node}: {keys}")
         try:
-            await self._write(
+            await self._channel.write(
                 "PATCH",
                 NODES,
                 "patch",
@@ -331,174 +280,23 @@ class KubeWriter:
     async def delete_node(self, name: str, uid: str = "") -> WriteResult:
         """Delete the Node; with ``uid``, only if it is still that object (a node that joined
         again under the same name is another object). The delete carries the uid it checked."""
-        raw = await self._get(NODES, name)
-        if raw is None:
+        live = await self._reads.writable_node(name)
+        if live is None:
             return WriteResult(False, f"node {name} not found")
-        meta = _dict(raw.get("metadata"))
-        live_uid = str(meta.get("uid") or "")
+        live_uid = live.metadata.uid
         if uid and live_uid != uid:
             return WriteResult(False, f"node {name} is another object now (uid {live_uid})")
-        if meta.get("deletionTimestamp"):
+        if live.metadata.deletion_timestamp:
             return WriteResult(False, f"node {name} is already being deleted")
-        if self.dry_run:
-            return self._would(f"delete node {name}")
+        if self._channel.dry_run:
+            return self._channel.would(f"delete node {name}")
         options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": live_uid}}
         try:
-            await self._write("DELETE", NODES, "delete", NODES.path(None, name), body=options)
+            await self._channel.write(
+                "DELETE", NODES, "delete", NODES.path(None, name), body=options
+            )
         except NotFound:
             return WriteResult(False, f"node {name} not found")
         except Conflict as exc:
             return WriteResult(False, f"node {name} was replaced, not deleted: {exc.message}")
         return WriteResult(True, f"deleted node {name}")
-
-    # ------------------------------------------------------------------ eviction
-
-    async def evict(
-        self,
-        namespace: str,
-        name: str,
-        uid: str = "",
-        *,
-        timeout: float = 120.0,  # noqa: ASYNC109 - how long refusals are retried, not a deadline
-    ) -> EvictionResult:
-        """Evict through the Eviction API, so PodDisruptionBudgets are respected; its version is
-        the one the server serves (:meth:`eviction_api_version`).
-
-        A refusal (429) is retried with exponential backoff and jitter until ``timeout``, then
-        reported ``blocked``: never forced, never a plain delete. The eviction carries the pod's
-        uid as a precondition, so a pod that replaced it under the same name is never evicted.
-        """
-        raw = await self._get(PODS, name, namespace)
-        if raw is None:
-            return EvictionResult("gone", f"pod {namespace}/{name} not found", 0)
-        try:
-            pod = pod_info(raw)
-        except ConversionError as exc:
-            raise InvalidResponse(200, "InvalidResponse", f"pod {namespace}/{name}: {exc}") from exc
-        ref = f"pod {namespace}/{name}"
-        if uid and pod.uid != uid:
-            return EvictionResult("gone", f"{ref} is another pod now (uid {pod.uid})", 0)
-        if pod.owner_kind == "DaemonSet":
-            return EvictionResult("skipped", f"{ref} belongs to a DaemonSet", 0)
-        if pod.mirror:
-            return EvictionResult("skipped", f"{ref} is a static pod's mirror", 0)
-        if pod.deletion_timestamp is not None:
-            return EvictionResult("evicted", f"{ref} is already terminating", 0)
-        if self.dry_run:
-            return EvictionResult(
-                "evicted", f"dry run: would evict {ref} (budgets not checked)", 0, dry_run=True
-            )
-        return await self._evict(pod, timeout)
-
-    async def eviction_api_version(self) -> str:
-        """The Eviction API's group/version, as kubectl drain finds it: what the core group's
-        discovery names for ``pods/eviction`` (``policy/v1`` since Kubernetes 1.22,
-        ``policy/v1beta1`` before). Read once; a server without the subresource is an error."""
-        if self._eviction_api_version is None:
-            body = await self._api.request("GET", CORE_DISCOVERY, "get", "/api/v1")
-            entries = body.get("resources") if isinstance(body, dict) else None
-            entry = next(
-                (
-                    r
-                    for r in entries or ()
-                    if isinstance(r, dict) and r.get("name") == "pods/eviction"
-                ),
-                None,
-            )
-            if entry is None:
-                raise NotFound(404, "NotFound", "the API server serves no pods/eviction")
-            group, version = entry.get("group"), entry.get("version")
-            self._eviction_api_version = f"{group}/{version}" if group and version else "policy/v1"
-        return self._eviction_api_version
-
-    async def _evict(self, pod: PodInfo, retry_for: float) -> EvictionResult:
-        ref = f"pod {pod.namespace}/{pod.name}"
-        body = {
-            "apiVersion": await self.eviction_api_version(),
-            "kind": "Eviction",
-            "metadata": {"name": pod.name, "namespace": pod.namespace},
-            "deleteOptions": {"preconditions": {"uid": pod.uid}},
-        }
-        path = PODS.path(pod.namespace, pod.name) + "/eviction"
-        deadline = self._clock() + retry_for
-        backoff = Backoff(self._backoff_initial, self._backoff_max, self._rng)
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                await self._write("POST", EVICTIONS, "create", path, body=body)
-            except NotFound:
-                return EvictionResult("gone", f"{ref} not found", attempts)
-            except Conflict:
-                return EvictionResult("gone", f"{ref} is another pod now", attempts)
-            except TooManyRequests as exc:
-                refused = exc
-            else:
-                return EvictionResult("evicted", f"evicted {ref}", attempts)
-            remaining = deadline - self._clock()
-            if remaining <= 0:
-                break
-            delay = max(backoff.next(), min(refused.retry_after or 0.0, MAX_RETRY_AFTER))
-            log.info(
-                "eviction refused; retrying",
-                extra={"pod": ref, "causes": list(refused.causes), "delay": delay},
-            )
-            await self._sleep(min(delay, remaining))
-        if CAUSE_DISRUPTION_BUDGET in refused.causes:
-            return EvictionResult(
-                "blocked",
-                f"{ref}: a PodDisruptionBudget refused eviction for {retry_for:g} s "
-                f"({attempts} attempts): {refused.message}",
-                attempts,
-            )
-        raise refused
-
-    # ------------------------------------------------------------------ audit
-
-    async def record_event(
-        self,
-        *,
-        kind: str,
-        namespace: str,
-        name: str,
-        uid: str,
-        reason: str,
-        message: str,
-        type: str = "Normal",
-        key: str,
-    ) -> WriteResult:
-        """Record a core/v1 Event on an object, exactly once per ``key``.
-
-        The Event's name is derived from ``key``: a retried or repeated record (a controller
-        restarted mid-step) is refused as AlreadyExists and reported unchanged. Events of
-        cluster-scoped objects (Nodes) go to the ``default`` namespace, as kubelet's do.
-        """
-        if type not in EVENT_TYPES:
-            raise ValueError(f"event type must be Normal or Warning, not {type!r}")
-        event_namespace = namespace or "default"
-        now = format_time(self._wall_clock())
-        involved: JSONObject = {"apiVersion": "v1", "kind": kind, "name": name, "uid": uid}
-        if namespace:
-            involved["namespace"] = namespace
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": event_name(name, key), "namespace": event_namespace},
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message[:MAX_EVENT_MESSAGE],
-            "type": type,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        what = f"{type} event {reason} on {kind} {name}"
-        if self.dry_run:
-            return self._would(f"record {what}")
-        try:
-            await self._write("POST", EVENTS, "create", EVENTS.path(event_namespace), body=body)
-        except AlreadyExists:
-            return WriteResult(False, f"{what} already recorded")
-        return WriteResult(True, f"recorded {what}")

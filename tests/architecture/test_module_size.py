@@ -19,8 +19,6 @@ GENERATED = (PRODUCT / "cri" / "pb",)
 TO_SPLIT = frozenset(
     {
         "exporter/controller/steps.py",
-        "exporter/kube/noderollbacks.py",
-        "exporter/kube/writer.py",
     }
 )
 _REASON = re.compile(r"^Stays whole: \S.{20,}", re.MULTILINE)
