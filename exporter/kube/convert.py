@@ -2,8 +2,9 @@
 
 Each kind is read as a msgspec struct holding only the fields nodesync reads
 (exporter.kube.objects; a field to read more of an object is one line in its struct and one
-in its converter). The structs are checked as the API server's types say: an object with a field of the wrong type or shape, or
-without identity (no metadata, no name, no namespace for a namespaced kind), raises
+in its converter). The structs are checked as the API server's types say: an object with a
+field of the wrong type or shape, or without identity (no metadata, no name, no namespace for
+a namespaced kind), raises
 :class:`ConversionError` with the field's JSON path (``$.spec.taints[0].key: expected `str`,
 got `int```). Callers that convert lists and watches skip such an object, count and log it,
 and keep the rest: one bad object never fails a list.
