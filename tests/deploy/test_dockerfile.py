@@ -5,9 +5,14 @@ CRI .proto and the generated stubs."""
 
 from __future__ import annotations
 
+import base64
+import importlib.util
+import json
+import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -141,6 +146,15 @@ def test_every_copy_source_is_in_the_build_context(
         "nodesync.egg-info/PKG-INFO",
         "deploy/base/kustomization.yaml",
         "kubeconfig",
+        "build/image/nodesync-0.1.0.oci.tar",
+        "dist/nodesync-0.1.0-py3-none-any.whl",
+        ".mypy_cache/3.11/exporter/cli.meta.json",
+        ".pytest_cache/v/cache/nodeids",
+        ".ruff_cache/CACHEDIR.TAG",
+        "exporter/.hypothesis/examples/x",
+        "nodesync_sim/.pytest_cache/v/cache/lastfailed",
+        "exporter/.mypy_cache/3.11/x.json",
+        "exporter/nodesync.egg-info/PKG-INFO",
     ],
 )
 def test_the_build_context_leaves_out_everything_else(ignore: DockerIgnore, path: str) -> None:
@@ -230,3 +244,77 @@ def test_the_build_context_builds_the_wheel_the_image_installs(
         }
         for name, original in shipped.items():
             assert archive.read(name) == original.read_bytes(), name
+
+
+_UNCOMPILED = re.compile(r"compileall\b.*?-x '([^']+)'")
+_IMPORTS = """
+import asyncio, importlib, json, pkgutil, sys
+import exporter
+for module in pkgutil.walk_packages(exporter.__path__, "exporter."):
+    if not module.name.endswith(".__main__"):
+        importlib.import_module(module.name)
+from exporter.kube.config import kubeconfig_configuration
+asyncio.run(kubeconfig_configuration(sys.argv[1]))
+print(json.dumps([getattr(m, "__file__", None) or name for name, m in sys.modules.items()
+                  if name.split(".")[0] == "kubernetes"]))
+"""
+
+
+def test_what_the_image_leaves_uncompiled_is_never_imported(
+    dockerfile: Dockerfile, tmp_path: Path
+) -> None:
+    """The runtime stage compiles bytecode for everything but what its ``compileall -x``
+    pattern names (the kubernetes client's generated API and model modules): every module of
+    the product, and the one path that loads the kubernetes package (a kubeconfig whose user
+    has an auth provider), import none of it."""
+    runs = " ".join(i.arguments for i in dockerfile.stages[-1].all("RUN"))
+    match = _UNCOMPILED.search(runs)
+    assert match, "the runtime stage compiles bytecode with compileall -x"
+    uncompiled = re.compile(match.group(1))
+
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    token = f"{part({'alg': 'none'})}.{part({'exp': int(time.time()) + 3600})}.sig"
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [
+            {
+                "name": "u",
+                "user": {
+                    "auth-provider": {
+                        "name": "oidc",
+                        "config": {
+                            "client-id": "c",
+                            "idp-issuer-url": "https://idp",
+                            "id-token": token,
+                        },
+                    }
+                },
+            }
+        ],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(kubeconfig), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORTS, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert any("/kubernetes/aio/config/" in f for f in loaded), "the auth-provider path ran"
+    assert [f for f in loaded if uncompiled.search(f)] == []
+    # The pattern names real modules: it leaves something out.
+    spec = importlib.util.find_spec("kubernetes")
+    assert spec is not None
+    assert spec.submodule_search_locations
+    package = Path(spec.submodule_search_locations[0])
+    assert any(uncompiled.search(str(p)) for p in package.rglob("*.py"))
