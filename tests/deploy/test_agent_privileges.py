@@ -16,7 +16,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,21 +62,6 @@ def _agent_identity() -> tuple[int, int, list[int]]:
     agent = one(build(BASE), "DaemonSet", "nodesync-agent")
     security = agent["spec"]["template"]["spec"]["securityContext"]
     return security["runAsUser"], security["runAsGroup"], security["supplementalGroups"]
-
-
-@pytest.fixture
-def kubelet_root() -> Iterator[Path]:
-    """kubelet's root as kubelet makes it: root:root 0750, pods/ 0750, a pod directory."""
-    parent = Path(tempfile.mkdtemp(prefix="nodesync-kubelet-"))
-    try:
-        parent.chmod(0o755)
-        root = parent / "kubelet"
-        (root / "pods" / "0b1c2d3e-pod").mkdir(parents=True)
-        for path in (root, root / "pods", root / "pods" / "0b1c2d3e-pod"):
-            path.chmod(0o750)
-        yield root
-    finally:
-        shutil.rmtree(parent)
 
 
 def _probe(
