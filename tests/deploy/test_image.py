@@ -82,17 +82,17 @@ def pod_security() -> ModuleType:
     """The CRI fields of tests/deploy/cri_pod_security.proto, compiled for this session."""
     from grpc_tools import protoc
 
-    out = Path(tempfile.mkdtemp(prefix="nodesync-proto-"))
     proto = Path(__file__).with_name("cri_pod_security.proto")
-    status = protoc.main(["protoc", f"-I{proto.parent}", f"--python_out={out}", str(proto)])
-    assert status == 0, f"protoc failed on {proto}"
-    spec = importlib.util.spec_from_file_location(
-        "cri_pod_security_pb2", out / f"{proto.stem}_pb2.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory(prefix="nodesync-proto-") as out:
+        status = protoc.main(["protoc", f"-I{proto.parent}", f"--python_out={out}", str(proto)])
+        assert status == 0, f"protoc failed on {proto}"
+        spec = importlib.util.spec_from_file_location(
+            "cri_pod_security_pb2", Path(out) / f"{proto.stem}_pb2.py"
+        )
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
     return module
 
 
