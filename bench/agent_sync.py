@@ -62,7 +62,7 @@ from nodesync_sim.process import ChildProcess, free_port
 from nodesync_sim.runtime_pods import ContainerSpec, run_pod
 
 
-async def _create_pods(endpoint: str, count: int, parallel: int = 4) -> None:
+async def create_pods(endpoint: str, count: int, parallel: int = 4) -> None:
     gate = asyncio.Semaphore(parallel)
 
     async def one(i: int) -> None:
@@ -117,32 +117,40 @@ def _summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def _scrape(port: int) -> bytes:
+def scrape(port: int) -> bytes:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return bytes(response.read())
 
 
-async def _reports_pods(port: int, pods: int) -> bool:
+async def reports_pods(port: int, pods: int) -> bool:
     """Whether the agent's /metrics shows ``pods`` pods Running (from the runtime)."""
     try:
-        body = await asyncio.to_thread(_scrape, port)
+        body = await asyncio.to_thread(scrape, port)
     except OSError:
         return False
     return b'nodesync_pods{phase="Running",source="runtime"} %d' % pods in body
 
 
-def _start_agent(
-    containerd: LocalContainerd, port: int, kubelet_root: Path, healthz: str, log: Path
+def start_agent(
+    containerd: LocalContainerd,
+    port: int,
+    kubelet_root: Path,
+    healthz: str,
+    log: Path,
+    *,
+    sync_period: str = "1s",
+    extra: tuple[str, ...] = (),
 ) -> ChildProcess:
     """A real ``nodesync agent`` on the same containerd, without an API view."""
     return start_nodesync(
         "agent",
+        *extra,
         "--cri.endpoint",
         containerd.endpoint,
         "--web.listen-address",
         f"127.0.0.1:{port}",
         "--sync.period",
-        "1s",
+        sync_period,
         "--containerd.root",
         str(containerd.root),
         "--kubelet.root-dir",
@@ -173,7 +181,7 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
         )
         await wait_port(stand_in, kubelet_port, within=30)
         healthz = f"http://127.0.0.1:{kubelet_port}/healthz"
-        await _create_pods(containerd.endpoint, pods)
+        await create_pods(containerd.endpoint, pods)
         channel = grpc.aio.insecure_channel(containerd.endpoint)
         runtime = api_pb2_grpc.RuntimeServiceStub(channel)
         images = api_pb2_grpc.ImageServiceStub(channel)
@@ -236,10 +244,10 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
                     times[kind].append(await cpu.timed(kind, fn))
 
         port = free_port()
-        agent = _start_agent(containerd, port, kubelet_root, healthz, workdir / "agent.log")
+        agent = start_agent(containerd, port, kubelet_root, healthz, workdir / "agent.log")
         await wait_until(
             agent,
-            partial(_reports_pods, port, pods),
+            partial(reports_pods, port, pods),
             within=30,
             what=f"reporting {pods} pods",
             interval=0.1,
@@ -248,7 +256,7 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
         body = b""
         for _ in range(rounds * 3):
             started = time.perf_counter()
-            body = await asyncio.to_thread(_scrape, port)
+            body = await asyncio.to_thread(scrape, port)
             scrape_times.append(time.perf_counter() - started)
         # Let the agent run a few more cycles so the peak covers steady state, not just start.
         await asyncio.sleep(3)

@@ -16,20 +16,24 @@ from prometheus_client.exposition import choose_encoder
 from exporter import __version__
 from exporter.agent.cleanup import NodeCleanup
 from exporter.agent.exposition import agent_families
+from exporter.agent.runtime_events import RuntimeEvents
 from exporter.agent.settings import AgentSettings
-from exporter.agent.sync import SOURCE_CRI, AgentSync
+from exporter.agent.sync import SOURCE_CRI, TRIGGERS, AgentSync
 from exporter.cri.client import CRIClient
+from exporter.cri.events import subscribe
 from exporter.cri.snapshot import RuntimeReader
 from exporter.host.kubelet import KubeletProbe
 from exporter.host.probes import read_host
 from exporter.metrics.cleanup import cleanup_families
 from exporter.metrics.collector import SnapshotCollector
+from exporter.metrics.cri_events import EventMetrics
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.selfmetrics import (
     build_info_family,
     register_process_metrics,
     start_family,
 )
+from exporter.model.runtime_events import TOPIC_LABELS
 from exporter.serve import harden, landing_page
 from exporter.tasks import cancel_and_wait
 
@@ -81,6 +85,7 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         settings.kubelet_healthz_url, settings.kubelet_root_dir, settings.kubelet_timeout
     )
     reader = RuntimeReader(client)
+    event_metrics = EventMetrics(registry, TOPIC_LABELS, TRIGGERS)
     sync = AgentSync(
         reader,
         kubelet,
@@ -89,12 +94,17 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         api=side.objects if side is not None else None,
         stats=reader if settings.stats_period > 0 else None,
         drift_grace_seconds=settings.drift_grace_period,
+        changes=event_metrics,
     )
     app[SYNC] = sync
     static = [build_info_family(__version__), start_family(time.time())]
     registry.register(SnapshotCollector(lambda: [*static, *agent_families(sync.state)]))
     tasks: list[asyncio.Task[object]] = [
-        asyncio.create_task(sync.run(settings.sync_period), name="agent-sync")
+        asyncio.create_task(sync.run(settings.sync_period), name="agent-sync"),
+        asyncio.create_task(
+            RuntimeEvents(partial(subscribe, client), sync, event_metrics).run(),
+            name="agent-runtime-events",
+        ),
     ]
     if settings.stats_period > 0:
         tasks.append(asyncio.create_task(sync.run_stats(settings.stats_period), name="agent-stats"))

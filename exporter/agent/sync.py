@@ -8,6 +8,12 @@ host and kubelet) are read on schedules of their own, of the same period, so tha
 for the other: a kubelet healthz that takes its whole timeout does not age the runtime's state,
 and a sync cycle (:meth:`AgentSync.sync_runtime`) costs about the CRI calls it makes.
 
+A runtime cycle runs at its period, or at once when asked (:meth:`AgentSync.request_sync`):
+containerd's task events (exporter.agent.runtime_events) ask for one the moment a container
+starts, exits or is OOM-killed, so a change is published without waiting for the period. Either
+way the cycle is the same read, so the published state is what a periodic relist would show;
+a cycle that found the listing changed is counted by what started it (``trigger``).
+
 The containers' resource usage (CRI ListContainerStats) is not part of a sync cycle: at 110
 pods it costs containerd and its shims ~100x the state calls, so it is refreshed on a period
 of its own (:meth:`AgentSync.run_stats`, ``--stats.period``) and published into the same state.
@@ -41,6 +47,13 @@ SOURCE_HOST = "host"
 SOURCE_KUBELET = "kubelet"
 SOURCE_APISERVER = "apiserver"
 
+TRIGGER_PERIOD = "period"
+TRIGGER_EVENT = "event"
+TRIGGER_RESUBSCRIBE = "resubscribe"
+TRIGGERS = (TRIGGER_EVENT, TRIGGER_RESUBSCRIBE, TRIGGER_PERIOD)
+"""What starts a runtime cycle: its period, a task event, or a (re)subscription to the events
+(a relist for what happened while not subscribed)."""
+
 
 class RuntimeSource(Protocol):
     async def read(self) -> RuntimeSnapshot: ...
@@ -73,6 +86,10 @@ class DurationObserver(Protocol):
     def observe(self, seconds: float) -> None: ...
 
 
+class ChangeObserver(Protocol):
+    def changed(self, trigger: str) -> None: ...
+
+
 class AgentSync:
     def __init__(
         self,
@@ -85,6 +102,7 @@ class AgentSync:
         stats: StatsSource | None = None,
         drift_grace_seconds: float = DEFAULT_GRACE_SECONDS,
         clock: Callable[[], float] = time.time,
+        changes: ChangeObserver | None = None,
     ) -> None:
         self._runtime = runtime
         self._stats_source = stats
@@ -107,6 +125,9 @@ class AgentSync:
         self._state = AgentState()
         self._synced = asyncio.Event()
         self._wake = asyncio.Event()
+        self._changes = changes
+        self._trigger: str | None = None  # of the next cycle, when it was asked for
+        self._waiters: list[asyncio.Future[AgentState]] = []
         self.last_runtime_end: float | None = None
         self.last_probe_end: float | None = None
 
@@ -123,9 +144,29 @@ class AgentSync:
         await self.probe_node()
         return await self.sync_runtime()
 
+    def request_sync(self, trigger: str = TRIGGER_EVENT) -> asyncio.Future[AgentState]:
+        """Ask for a runtime cycle now (one that starts after this call; requests made while
+        a cycle runs share the next one). The future is done with the state it published."""
+        waiter: asyncio.Future[AgentState] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if self._trigger != TRIGGER_EVENT:
+            self._trigger = trigger
+        self._wake.set()
+        return waiter
+
     async def sync_runtime(self) -> AgentState:
         """One sync cycle: read the runtime's state and publish it, with what follows from it
         and the latest node probes. Timed by the durations observer."""
+        waiters, self._waiters = self._waiters, []
+        trigger, self._trigger = self._trigger or TRIGGER_PERIOD, None
+        try:
+            return await self._sync_runtime(trigger)
+        finally:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(self._state)
+
+    async def _sync_runtime(self, trigger: str) -> AgentState:
         started = time.perf_counter()
         runtime = await self._read_runtime()
         now = self._clock()
@@ -134,7 +175,8 @@ class AgentSync:
         self._sources[SOURCE_APISERVER] = self._api_source()
         snapshot = runtime if isinstance(runtime, RuntimeSnapshot) else None
         if snapshot is not None:
-            self._observe_listing(snapshot)
+            if self._observe_listing(snapshot) and self._changes is not None:
+                self._changes.changed(trigger)
             self._terminations.observe(snapshot.containers, now)
         host, kubelet = self._host, self._kubelet_snapshot
         pods = self._api.pods() if self._api is not None else None
@@ -187,16 +229,18 @@ class AgentSync:
             return None
         return min(self.last_runtime_end, self.last_probe_end)
 
-    def _observe_listing(self, snapshot: RuntimeSnapshot) -> None:
+    def _observe_listing(self, snapshot: RuntimeSnapshot) -> bool:
         """Pods and their phases from a listing; none of it again when the listing is the
-        previous one (the reader hands back the same tuples when nothing changed)."""
+        previous one (the reader hands back the same tuples when nothing changed). Whether
+        it changed since a previous listing."""
         listed = self._listed
         unchanged = listed is not None and listed[0] is snapshot.sandboxes
         if unchanged and listed is not None and listed[1] is snapshot.containers:
-            return
+            return False
         self._listed = (snapshot.sandboxes, snapshot.containers)
         self._known_pod_uids = frozenset(pods_by_uid(snapshot))
         self._phases = phase_counts(snapshot, self._known_pod_uids)
+        return listed is not None
 
     def _api_source(self) -> SourceState:
         if self._api is None:

@@ -98,6 +98,12 @@ class CRIClient:
             }
         return self._channel
 
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The channel to the runtime's socket (opened now if need be), for the other services
+        containerd serves on it (exporter.cri.events)."""
+        return self._connect()
+
     def _list(self, call: ListCall) -> Any:
         self._connect()
         return self._list_methods[call.method]

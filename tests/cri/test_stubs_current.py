@@ -16,6 +16,11 @@ GENERATED_FILES = (
     "api_pb2_grpc.py",
     "keys_pb2.py",
     "keys_pb2.pyi",
+    "events_pb2.py",
+    "events_pb2.pyi",
+    "events_pb2_grpc.py",
+    "task_events_pb2.py",
+    "task_events_pb2.pyi",
 )
 
 

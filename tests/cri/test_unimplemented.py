@@ -15,6 +15,7 @@ import pytest
 
 from exporter.cri.client import CRIClient
 from exporter.cri.errors import CRIError, RuntimeUnavailable, Unimplemented
+from exporter.cri.events import subscribe
 from exporter.cri.pb import api_pb2, api_pb2_grpc
 from exporter.cri.snapshot import RuntimeReader
 from exporter.model.runtime import ContainerState
@@ -252,3 +253,13 @@ async def test_a_list_reply_that_does_not_decode_is_an_internal_error(
     assert (caught.value.operation_type, caught.value.code) == (operation_type, "INTERNAL")
     assert "does not decode" in str(caught.value)
     assert observer.codes(operation_type) == ["INTERNAL"]
+
+
+async def test_events_a_runtime_does_not_serve_are_unimplemented(
+    client: tuple[CRIClient, RecordingObserver],
+) -> None:
+    cri, _ = client
+    events = subscribe(cri)
+    with pytest.raises(Unimplemented) as raised:
+        await anext(events)
+    assert raised.value.operation_type == "events_subscribe"

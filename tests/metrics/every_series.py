@@ -6,8 +6,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter.agent.sync import TRIGGERS
 from exporter.metrics.cleanup import CleanupTotals, cleanup_families
 from exporter.metrics.collector import SnapshotCollector
+from exporter.metrics.cri_events import EventMetrics
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
 from exporter.metrics.drift import drift_families
 from exporter.metrics.host import host_families
@@ -38,6 +40,7 @@ from exporter.model.runtime import (
     RuntimeVersion,
     SandboxState,
 )
+from exporter.model.runtime_events import TOPIC_LABELS
 from exporter.model.terminations import TerminationTracker
 from tests.model.builders import created, exited, oom, running, sandbox, unknown
 
@@ -205,6 +208,10 @@ def rich_agent_exposition() -> str:
     cri.observe("list_podsandbox", 0.004, "OK")
     cri.observe("container_status", 2.0, "DEADLINE_EXCEEDED")
     SyncMetrics(registry).observe(0.3)
+    events = EventMetrics(registry, TOPIC_LABELS, TRIGGERS)
+    events.set_up(True)
+    events.event("exit")
+    events.changed("event")
     listener = ClientErrorMetrics(registry)
     for reason in CLIENT_ERROR_REASONS:
         listener.observe(reason)
