@@ -50,9 +50,8 @@ SOURCE_APISERVER = "apiserver"
 TRIGGER_PERIOD = "period"
 TRIGGER_EVENT = "event"
 TRIGGER_RESUBSCRIBE = "resubscribe"
+# What starts a runtime cycle: a task event, a (re)subscription to the events, its period.
 TRIGGERS = (TRIGGER_EVENT, TRIGGER_RESUBSCRIBE, TRIGGER_PERIOD)
-"""What starts a runtime cycle: its period, a task event, or a (re)subscription to the events
-(a relist for what happened while not subscribed)."""
 
 
 class RuntimeSource(Protocol):
@@ -87,7 +86,7 @@ class DurationObserver(Protocol):
 
 
 class ChangeObserver(Protocol):
-    def changed(self, trigger: str) -> None: ...
+    def changed(self, trigger: str) -> None: ...  # a cycle found the listing changed
 
 
 class AgentSync:
@@ -127,7 +126,7 @@ class AgentSync:
         self._wake = asyncio.Event()
         self._changes = changes
         self._trigger: str | None = None  # of the next cycle, when it was asked for
-        self._waiters: list[asyncio.Future[AgentState]] = []
+        self._waiters: list[asyncio.Future[AgentState]] = []  # of the next cycle
         self.last_runtime_end: float | None = None
         self.last_probe_end: float | None = None
 
@@ -145,8 +144,8 @@ class AgentSync:
         return await self.sync_runtime()
 
     def request_sync(self, trigger: str = TRIGGER_EVENT) -> asyncio.Future[AgentState]:
-        """Ask for a runtime cycle now (one that starts after this call; requests made while
-        a cycle runs share the next one). The future is done with the state it published."""
+        """Ask for a runtime cycle starting after now (requests share it); the future is done
+        with the state it published."""
         waiter: asyncio.Future[AgentState] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         if self._trigger != TRIGGER_EVENT:
@@ -230,9 +229,8 @@ class AgentSync:
         return min(self.last_runtime_end, self.last_probe_end)
 
     def _observe_listing(self, snapshot: RuntimeSnapshot) -> bool:
-        """Pods and their phases from a listing; none of it again when the listing is the
-        previous one (the reader hands back the same tuples when nothing changed). Whether
-        it changed since a previous listing."""
+        """Pods and their phases from a listing, and whether it changed since a previous one;
+        none of it again when unchanged (the reader hands back the same tuples)."""
         listed = self._listed
         unchanged = listed is not None and listed[0] is snapshot.sandboxes
         if unchanged and listed is not None and listed[1] is snapshot.containers:
