@@ -10,8 +10,9 @@ from typing import Any
 from nodesync_sim.containerd import IMAGE_REF
 from nodesync_sim.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
+from tests.support.controllers import until
 from tests.support.kubeapi import create_namespace, delete_namespace
-from tests.support.realcluster import RealChain, until
+from tests.support.realcluster import RealChain
 
 SLEEP = ["/bin/sleep", "inf"]
 

@@ -17,7 +17,8 @@ from tests.realcluster.helpers import (
     wait_phase,
     wait_value,
 )
-from tests.support.realcluster import RealChain, until
+from tests.support.controllers import until
+from tests.support.realcluster import RealChain
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(300)]
 

@@ -30,9 +30,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,6 @@ CONTROLLER_JOB = "nodesync-controller"
 AGENT_JOB = "nodesync-agent"
 NODE_MONITOR_GRACE_PERIOD = "20s"  # the controller-manager's, and the controller's guard
 START_TIMEOUT = 60.0
-POLL = 0.1
 
 #: Timers of the shipped rules and route, shortened for a test (docs/e2e.md says why each).
 RULES = RuleOverrides(
@@ -94,18 +92,6 @@ CONTROLLER_ARGS = (
     "--apiserver.burst=100",
     "--log.level=info",
 )
-
-
-def until(condition: Callable[[], Any], what: str, timeout: float = START_TIMEOUT) -> Any:
-    """Poll ``condition`` until it returns something truthy (returned); fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(POLL)
 
 
 def kube_binaries() -> Binaries:
