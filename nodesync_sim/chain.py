@@ -57,7 +57,9 @@ from exporter.controller.settings import (
 from exporter.controller.wiring import rollback_extensions
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
-from exporter.settings.declare import changed, settings_by_field
+from exporter.model.joins import JoinPolicy
+from exporter.settings.declare import changed, model_of, settings_by_field
+from exporter.settings.joins import JoinSettings
 from nodesync_sim.apiserver import APIServer, write_kubeconfig
 from nodesync_sim.apiserver.objects import Change
 from nodesync_sim.apiserver.tls import make_serving_certificate
@@ -98,6 +100,7 @@ AGENT_JOB = "nodesync-agent"
 SIM_JOB = "nodesync-agent-sim"
 
 _EXECUTOR_SETTINGS = frozenset(settings_by_field(ExecutorSettings))
+_JOIN_SETTINGS = frozenset(settings_by_field(JoinSettings))
 
 
 async def _start_in_thread(start: Callable[[], T]) -> T:
@@ -205,6 +208,11 @@ class Chain:
     def executor_settings(self) -> ExecutorSettings:
         values = {k: v for k, v in self.scenario.controller.items() if k in _EXECUTOR_SETTINGS}
         return changed(ExecutorSettings(), **values)
+
+    @property
+    def join_policy(self) -> JoinPolicy:
+        values = {k: v for k, v in self.scenario.controller.items() if k in _JOIN_SETTINGS}
+        return model_of(changed(JoinSettings(), **values), JoinPolicy)
 
     @property
     def real_node(self) -> str | None:
@@ -370,6 +378,7 @@ class Chain:
             kubeconfig=str(self.kubeconfig(CONTROLLER_USER)),
             wave_label=self.scenario.wave_label or "",
             wave_gap=float(self.scenario.controller.get("wave_gap", WAVE_GAP.value())),
+            join=self.join_policy,
         )
         app = make_controller_app(
             settings,

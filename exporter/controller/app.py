@@ -82,6 +82,7 @@ async def _cluster_ctx(app: web.Application) -> AsyncIterator[None]:
         wave_label=settings.wave_label or None,
         wave_gap=settings.wave_gap,
         collectors=settings.collectors,
+        join=settings.join,
     )
     app[CLUSTER] = cluster
     build_info = build_info_family(__version__)
@@ -91,6 +92,7 @@ async def _cluster_ctx(app: web.Application) -> AsyncIterator[None]:
             {SOURCE_APISERVER: cluster.status()},
             build_info,
             settings.collectors,
+            cluster.join_families() if cluster.synced else (),
         )
     )
     registry.register(collector)

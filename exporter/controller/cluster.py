@@ -9,16 +9,21 @@ import functools
 import time
 from collections.abc import Callable
 
+from prometheus_client.core import Metric
+
 from exporter.controller.exposition import combined_status
 from exporter.kube.api import KubeAPI
 from exporter.kube.convert import NODE_SUMMARY_UNREAD, dropping, lease_info, node_summary
 from exporter.kube.informer import Informer
+from exporter.kube.podstarts import PodStarts
 from exporter.kube.resources import LEASES, NODES
-from exporter.metrics.nodes import READY, NodeCollectors, NodeLines
+from exporter.metrics.nodes import NodeCollectors, NodeLines, join_families
 from exporter.metrics.selfmetrics import SourceStatus
 from exporter.metrics.store import Family, LineStore
 from exporter.model.clusterview import (
     KUBELET_CONDITIONS,
+    VIEW_CONDITIONS,
+    VIEW_TAINT_PREFIXES,
     VIEW_TAINTS,
     ClusterView,
     NodeView,
@@ -26,6 +31,7 @@ from exporter.model.clusterview import (
     view_labels,
 )
 from exporter.model.health import HealthIndex
+from exporter.model.joins import JoinPolicy, JoinTracker
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
 from exporter.model.waves import WaveTracker, node_key
 from exporter.tasks import cancel_and_wait
@@ -44,6 +50,10 @@ class ClusterWatch:
     Nodes that appear together (a list hands over thousands at once) join their waves
     together, in creation order, before anything reads them.
 
+    While a node is joining (``--join.window``), a :class:`~exporter.model.joins.JoinTracker`
+    follows its stages; with the ``joins`` switch on, a watch of the pods that start running
+    (exporter.kube.podstarts: no cache) tells when its first workload pod runs.
+
     Everything runs in one event loop: the handlers and the readers never run concurrently.
     """
 
@@ -54,15 +64,18 @@ class ClusterWatch:
         wave_label: str | None,
         wave_gap: float,
         collectors: NodeCollectors | None = None,
+        join: JoinPolicy | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         collectors = collectors or NodeCollectors()
+        join = join or JoinPolicy()
         # Only what the view and the switched-on series read of each Node is kept.
         summary = functools.partial(
             node_summary,
             labels=view_labels(wave_label),
-            conditions=KUBELET_CONDITIONS if collectors.conditions else (READY,),
-            taints=VIEW_TAINTS,
+            conditions=KUBELET_CONDITIONS if collectors.conditions else VIEW_CONDITIONS,
+            taints=VIEW_TAINTS | frozenset(join.readiness_taints),
+            taint_prefixes=VIEW_TAINT_PREFIXES,
         )
         self.nodes: Informer[NodeInfo] = Informer(
             api,
@@ -77,6 +90,13 @@ class ClusterWatch:
         self._wave_label = wave_label
         self._wave_gap = wave_gap
         self._clock = clock
+        self._collectors = collectors
+        self._joins: JoinTracker | None = (
+            JoinTracker(join, since=clock()) if collectors.joins else None
+        )
+        self.pods: PodStarts | None = (
+            PodStarts(api, self._on_pod_start) if collectors.joins else None
+        )
         self._tracker = WaveTracker()
         self._lines = NodeLines(collectors)
         self._store = LineStore(self._lines.families)
@@ -117,6 +137,20 @@ class ClusterWatch:
         if lease.name in self._views:
             self._refresh(lease.name)
 
+    def _on_pod_start(self, node: str, started_at: float | None) -> None:
+        assert self._joins is not None
+        at = started_at if started_at is not None else self._clock()
+        if self._joins.pod_running(node, at) is not None:
+            self._refresh(node)
+
+    def _advance(self) -> None:
+        """Judge the joins whose objective ran out; a node whose join window ended loses its
+        join series."""
+        if self._joins is None:
+            return
+        for name in self._joins.advance(self._clock()):
+            self._refresh(name)
+
     def _schedule_flush(self) -> None:
         if self._flush_scheduled:
             return
@@ -147,7 +181,12 @@ class ClusterWatch:
         if node is None or wave_id is None:
             return
         lease = self.leases.store.get(f"{LEASE_NAMESPACE}/{name}")
-        view = node_view(node, lease, wave_id)
+        join = (
+            self._joins.update(node, lease, wave_id, self._clock())
+            if self._joins is not None
+            else None
+        )
+        view = node_view(node, lease, wave_id, join)
         if self._views.get(name) == view:
             return
         self._writable()[name] = view
@@ -158,6 +197,8 @@ class ClusterWatch:
                 index.set(name, health)
 
     def _drop(self, name: str) -> None:
+        if self._joins is not None:
+            self._joins.remove(name, self._clock())
         if name in self._views:
             del self._writable()[name]
         self._store.delete(name)
@@ -175,6 +216,7 @@ class ClusterWatch:
     def view(self) -> ClusterView:
         """The current view: no node is looked at to hand it out."""
         self._flush()
+        self._advance()
         now = self._clock()
         self._views_shared = True
         return ClusterView(
@@ -187,7 +229,21 @@ class ClusterWatch:
     def exposition(self) -> list[bytes]:
         """The node series as text, each family's header and lines (join them to serve)."""
         self._flush()
+        self._advance()
         return self._store.exposition()
+
+    def join_families(self) -> list[Metric]:
+        """Each wave's histograms of the join stages and the join SLO's judgements (none with
+        the ``joins`` switch off)."""
+        if self._joins is None:
+            return []
+        self._flush()
+        self._advance()
+        now = self._clock()
+        self._joins.keep_waves(
+            w.id for w in self._tracker.waves(now=now, gap_seconds=self._wave_gap)
+        )
+        return join_families(self._joins.histograms(), self._joins.outcomes, self._collectors)
 
     def node_lines(self, name: str) -> tuple[bytes, ...] | None:
         """One node's chunks, one per family of :attr:`families` (None for an unknown node)."""
@@ -239,6 +295,8 @@ class ClusterWatch:
         async with asyncio.TaskGroup() as group:
             group.create_task(self.nodes.run(), name="informer-nodes")
             group.create_task(self.leases.run(), name="informer-node-leases")
+            if self.pods is not None:
+                group.create_task(self.pods.run(), name="pod-starts")
 
     def start(self) -> None:
         if self._task is not None:

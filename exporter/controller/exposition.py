@@ -34,12 +34,16 @@ def controller_families(
     sources: Mapping[str, SourceStatus],
     build_info: Metric,
     collectors: NodeCollectors | None = None,
+    joins: Iterable[Metric] = (),
 ) -> list[Metric]:
     """The families built at scrape time. ``view`` is None until Nodes and Leases were both
     listed once: an empty or half-built view would read as "no nodes" or "no leases", so the
-    wave series and the node count stay absent (and so do the per-node series)."""
-    waves = view_families(view, collectors or NodeCollectors()) if view is not None else []
-    return [build_info, *waves, *self_families(sources)]
+    wave series, the node count and the join families (``joins``) stay absent (and so do the
+    per-node series)."""
+    if view is None:
+        return [build_info, *self_families(sources)]
+    waves = view_families(view, collectors or NodeCollectors())
+    return [build_info, *waves, *joins, *self_families(sources)]
 
 
 def node_exposition(view: ClusterView, collectors: NodeCollectors | None = None) -> bytes:

@@ -23,7 +23,9 @@ from typing import Final
 
 from exporter.metrics.nodes import NodeCollectors
 from exporter.model.guards.policy import GuardPolicy
+from exporter.model.joins import JoinPolicy
 from exporter.settings.declare import Setting, build, group, setting
+from exporter.settings.joins import JoinSettings
 from exporter.settings.kube import KUBE_CONTEXT, KUBECONFIG
 from exporter.settings.policy import GuardSettings
 from exporter.settings.server import ServerSettings
@@ -77,6 +79,8 @@ class ControllerSettings:
     wave_label: str = WAVE_LABEL.field()  # empty: waves by creation time only
     wave_gap: float = WAVE_GAP.field()
     collectors: NodeCollectors = group(NodeCollectors)
+    # how a join is followed, and the join SLO's objective
+    join: JoinPolicy = group(JoinSettings, builds=JoinPolicy)
 
     @property
     def listen_host(self) -> str:

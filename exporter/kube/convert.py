@@ -161,16 +161,26 @@ def dropping(keys: Collection[str]) -> Callable[[dict[str, Any]], dict[str, Any]
     return hook
 
 
+def _kept_taint(key: str, kept: dict[str, str], prefixes: tuple[str, ...]) -> str | None:
+    """The key as the summary keeps it (the shared string of a bounded key), or None."""
+    shared = kept.get(key)
+    if shared is None and prefixes and key.startswith(prefixes):
+        return key
+    return shared
+
+
 def node_summary(
     obj: JSONObject,
     *,
     labels: Collection[str],
     conditions: Collection[str],
     taints: Collection[str],
+    taint_prefixes: tuple[str, ...] = (),
 ) -> NodeInfo:
     """A Node reduced to what a cache of every Node needs (the controller's): the label keys
     given, the condition types given (type, status and last transition; no reason, no
-    heartbeat) and the taint keys given (key and effect; no value, no time); no annotations, no
+    heartbeat) and the taint keys given or under one of the prefixes given (key and effect; no
+    value, no time); no annotations, no
     resourceVersion (the informer keeps it). Equal to ``node_info`` with everything else left
     out, and checked the same way; the strings of the bounded sets are shared, not one copy per
     Node."""
@@ -195,7 +205,7 @@ def node_summary(
     found_taints = [
         Taint(key=key, effect=_EFFECTS.get(t.effect, t.effect))
         for t in spec.taints or ()
-        if (key := kept_keys.get(t.key)) is not None
+        if (key := _kept_taint(t.key, kept_keys, taint_prefixes)) is not None
     ]
     raw_labels = meta.labels or {}
     return NodeInfo(
@@ -223,6 +233,7 @@ def lease_info(obj: JSONObject) -> LeaseInfo:
         holder=spec.holder_identity or "",
         lease_duration_seconds=spec.lease_duration_seconds,
         resource_version=meta.resource_version,
+        created_at=timestamp(meta.creation_timestamp),
     )
 
 
@@ -275,6 +286,27 @@ def _pod_conditions(status: PodStatus) -> tuple[float | None, bool]:
         elif c.type == "Ready":
             ready = True
     return scheduled_at, ready
+
+
+def pod_start(obj: JSONObject) -> tuple[str, float | None] | None:
+    """(node, when it started) of a Running pod bound to a node that is neither a DaemonSet's
+    nor a static pod's mirror: the earliest start of its running containers (None when none
+    says); None for every other pod. Raises ConversionError as :func:`pod_info` does."""
+    pod = decoded(obj, Pod)
+    meta = _namespaced(pod.metadata)
+    node = (pod.spec or _EMPTY_POD_SPEC).node_name
+    status = pod.status or _EMPTY_POD_STATUS
+    if not node or status.phase != "Running":
+        return None
+    if _controller_kind(meta) == "DaemonSet" or ANNOTATION_MIRROR in (meta.annotations or {}):
+        return None
+    starts = [
+        at
+        for c in status.container_statuses or ()
+        if (running := (c.state or _NO_STATE).running) is not None
+        and (at := timestamp(running.started_at)) is not None
+    ]
+    return node, min(starts, default=None)
 
 
 def pod_info(obj: JSONObject) -> PodInfo:

@@ -15,20 +15,28 @@ Which series exist is the collector switches' choice (:class:`NodeCollectors`):
   NetworkUnavailable) with their transitions: kube-state-metrics' kube_node_status_condition,
   read by no rule;
 - ``spec`` (off): the cordon and the watched taints: kube-state-metrics' kube_node_spec_*,
-  read by no rule.
+  read by no rule;
+- ``joins`` (on): each joining node's join stages, each wave's histograms of the stages'
+  durations, and the join SLO's judgements (exporter.model.joins).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from exporter.metrics.store import Family
 from exporter.metrics.switches import FamilyGroup, is_on
 from exporter.model.clusterview import ClusterView, NodeView
+from exporter.model.joins import OUTCOMES, STAGE_BUCKETS, Histogram
 from exporter.model.waves import Wave
 
 READY = "Ready"
@@ -74,12 +82,29 @@ EXEMPT = Family(
     "1 for each reason nodesync never rolls the node back "
     "(control_plane, protected, other_remediator).",
 )
+JOIN_STAGE = Family(
+    "nodesync_node_join_stage_timestamp_seconds",
+    "Unix time the joining node reached the join stage (lease, ready, network_ready, "
+    "gates_cleared, pod_running).",
+)
 #: Per-node families, in the order a scrape writes them.
-NODE_FAMILIES = (CONDITION, TRANSITION, LEASE, CREATED, UNSCHEDULABLE, TAINT, WAVE, EXEMPT)
+NODE_FAMILIES = (
+    CONDITION,
+    TRANSITION,
+    LEASE,
+    CREATED,
+    UNSCHEDULABLE,
+    TAINT,
+    WAVE,
+    EXEMPT,
+    JOIN_STAGE,
+)
 
 WAVE_NODES = "nodesync_wave_nodes"
 WAVE_START = "nodesync_wave_start_timestamp_seconds"
 NODES = "nodesync_nodes"
+WAVE_JOIN_STAGE = "nodesync_wave_join_stage_duration_seconds"
+JOINS = "nodesync_joins_total"
 
 # ---------------------------------------------------------------- the switches
 
@@ -114,7 +139,14 @@ SPEC = FamilyGroup(
     "kube_node_spec_taint do; no rule reads them",
     (UNSCHEDULABLE.name, TAINT.name),
 )
-GROUPS = (NODE, WAVES, OTHER, SPEC)
+JOIN = FamilyGroup(
+    "joins",
+    True,
+    "export each joining node's join stages, each wave's histograms of the stages' "
+    "durations, and the join SLO's judgements",
+    (JOIN_STAGE.name, WAVE_JOIN_STAGE, JOINS),
+)
+GROUPS = (NODE, WAVES, OTHER, SPEC, JOIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +157,11 @@ class NodeCollectors:
     waves: bool = WAVES.field()
     conditions: bool = OTHER.field()
     spec: bool = SPEC.field()
+    joins: bool = JOIN.field()
 
     @classmethod
     def everything(cls) -> NodeCollectors:
-        return cls(node=True, waves=True, conditions=True, spec=True)
+        return cls(node=True, waves=True, conditions=True, spec=True, joins=True)
 
 
 # ---------------------------------------------------------------- text
@@ -186,6 +219,7 @@ class NodeLines:
             TAINT: is_on(switches, SPEC),
             WAVE: is_on(switches, WAVES),
             EXEMPT: node,
+            JOIN_STAGE: is_on(switches, JOIN),
         }
         self.families = tuple(f for f in NODE_FAMILIES if on[f])
 
@@ -198,6 +232,7 @@ class NodeLines:
             TAINT: _taint,
             WAVE: _wave,
             EXEMPT: _exempt,
+            JOIN_STAGE: _join_stages,
         }
         self._renderers = tuple(renderers[f] for f in self.families)
 
@@ -261,6 +296,15 @@ def _exempt(node: NodeView, label: str) -> str:
     )
 
 
+def _join_stages(node: NodeView, label: str) -> str:
+    if node.join is None:
+        return ""
+    return "".join(
+        f'nodesync_node_join_stage_timestamp_seconds{{{label},stage="{stage}"}} {go_float(at)}\n'
+        for stage, at in node.join.reached()
+    )
+
+
 # ---------------------------------------------------------------- per scrape
 
 
@@ -290,6 +334,38 @@ def cluster_families(
         total.add_metric([], float(node_count))
         families.append(total)
     return families
+
+
+def join_families(
+    histograms: Mapping[tuple[str, str], Histogram],
+    outcomes: Mapping[str, int],
+    switches: NodeCollectors,
+) -> list[Metric]:
+    """Each wave's histograms of the join stages' durations, and the join SLO's judgements."""
+    if not is_on(switches, JOIN):
+        return []
+    durations = HistogramMetricFamily(
+        WAVE_JOIN_STAGE,
+        "Seconds from a joining node's creation to each join stage it reached, per scale-out "
+        "wave (observed once per node and stage).",
+        labels=["stage", "wave"],
+    )
+    bounds = [go_float(b) for b in STAGE_BUCKETS] + ["+Inf"]
+    for (wave, stage), histogram in sorted(histograms.items()):
+        durations.add_metric(
+            [stage, wave],
+            [(b, float(n)) for b, n in zip(bounds, histogram.cumulative(), strict=True)],
+            histogram.sum,
+        )
+    judged = CounterMetricFamily(
+        JOINS,
+        "New nodes judged against --join.ready-objective: ready (Ready within it) or not_ready "
+        "(not Ready when it ran out, or deleted before it was Ready).",
+        labels=["outcome"],
+    )
+    for outcome in OUTCOMES:
+        judged.add_metric([outcome], float(outcomes.get(outcome, 0)))
+    return [durations, judged]
 
 
 def view_families(view: ClusterView, switches: NodeCollectors) -> list[Metric]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from exporter.model.health import NodeHealth, counts, node_health
+from exporter.model.joins import NETWORK_UNAVAILABLE, READINESS_PREFIX, JoinStages
 from exporter.model.kube import (
     LEASE_NAMESPACE,
     TAINT_CLUSTER_AUTOSCALER,
@@ -81,6 +82,7 @@ class NodeView:
     owned_by_other_remediator: bool  # carries one of OTHER_REMEDIATOR_TAINTS
     cordoned_by_nodesync: bool  # carries nodesync's own taint (nodesync.io/rollback)
     uid: str = ""
+    join: JoinStages | None = None  # while the node is joining (exporter.model.joins)
 
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -159,8 +161,14 @@ KUBELET_CONDITIONS = (
 )
 
 
-#: The taints the view reads: those that matter, and another remediator's.
+#: The conditions the view reads whatever the collector switches: Ready (the rules' and the
+#: guards'), NetworkUnavailable (a join's network_ready stage).
+VIEW_CONDITIONS = ("Ready", NETWORK_UNAVAILABLE)
+
+#: The taints the view reads: those that matter, and another remediator's; and every readiness
+#: taint (:data:`VIEW_TAINT_PREFIXES`, and the keys of --join.readiness-taints).
 VIEW_TAINTS = TAINTS_THAT_MATTER | OTHER_REMEDIATOR_TAINTS
+VIEW_TAINT_PREFIXES = (READINESS_PREFIX,)
 
 
 def view_labels(wave_label: str | None) -> frozenset[str]:
@@ -181,7 +189,9 @@ def _taints_that_matter(taints: Iterable[Taint]) -> tuple[Taint, ...]:
     return tuple(kept[k] for k in sorted(kept))
 
 
-def node_view(node: NodeInfo, lease: LeaseInfo | None, wave_id: str) -> NodeView:
+def node_view(
+    node: NodeInfo, lease: LeaseInfo | None, wave_id: str, join: JoinStages | None = None
+) -> NodeView:
     taint_keys = {t.key for t in node.taints}
     return NodeView(
         name=node.name,
@@ -196,6 +206,7 @@ def node_view(node: NodeInfo, lease: LeaseInfo | None, wave_id: str) -> NodeView
         owned_by_other_remediator=not taint_keys.isdisjoint(OTHER_REMEDIATOR_TAINTS),
         cordoned_by_nodesync=TAINT_NODESYNC in taint_keys,
         uid=node.uid,
+        join=join,
     )
 
 
@@ -207,12 +218,18 @@ def build_view(
     gap_seconds: float = DEFAULT_GAP_SECONDS,
     now: float,
     tracker: WaveTracker | None = None,
+    joins: Mapping[str, JoinStages] | None = None,
 ) -> ClusterView:
     """The view of every node that exists now. Pass the same ``tracker`` to every build so wave
-    sizes stay frozen; without one, waves are judged from these nodes alone."""
+    sizes stay frozen; without one, waves are judged from these nodes alone. ``joins``: the
+    joining nodes' stages, by name (exporter.model.joins)."""
     current = list(nodes)
     tracker = tracker if tracker is not None else WaveTracker()
     waves = tracker.snapshot(current, now=now, gap_seconds=gap_seconds, wave_label=wave_label)
     by_lease = node_leases(leases)
-    views = {n.name: node_view(n, by_lease.get(n.name), waves.node_wave[n.name]) for n in current}
+    joins = joins or {}
+    views = {
+        n.name: node_view(n, by_lease.get(n.name), waves.node_wave[n.name], joins.get(n.name))
+        for n in current
+    }
     return ClusterView(now, views, waves.waves)

@@ -59,6 +59,7 @@ class LeaseInfo:
     holder: str = ""
     lease_duration_seconds: int | None = None
     resource_version: str = ""
+    created_at: float | None = None  # the Lease's creation: kubelet's first start on the node
 
 
 @dataclass(frozen=True, slots=True)

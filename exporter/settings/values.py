@@ -159,6 +159,22 @@ def positive_number(text: str) -> float:
     return value
 
 
+def taint_keys(text: str) -> tuple[str, ...]:
+    """Taint keys separated by commas (empty: none), each as the API takes a key: an optional
+    DNS prefix and ``/``, then a name; sorted, each once."""
+    keys = [key.strip() for key in text.split(",") if key.strip()]
+    for key in keys:
+        if not _TAINT_KEY.fullmatch(key):
+            raise _invalid(f"invalid taint key {key!r}: use e.g. node.cilium.io/agent-not-ready")
+    return tuple(sorted(set(keys)))
+
+
+_TAINT_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Kind(Generic[T]):
     """A kind of value: its parser, and the placeholder ``--help`` shows for it."""
@@ -199,5 +215,6 @@ FRACTION = Kind("FRACTION", fraction)
 COUNT = Kind("N", count)
 POSITIVE_COUNT = Kind("N", positive_count)
 POSITIVE_NUMBER = Kind("NUMBER", positive_number)
+TAINT_KEYS = Kind("KEY,...", taint_keys)
 
 AnyKind = Kind[Any]

@@ -25,6 +25,7 @@ from typing import Any, Final, TypeVar
 from exporter.controller.settings import WAVE_GAP, ExecutorSettings
 from exporter.model.rollback import StepKind
 from exporter.settings.declare import settings_by_field
+from exporter.settings.joins import JoinSettings
 from exporter.settings.values import parse_duration
 
 NEVER_READY: Final = "never_ready"
@@ -668,8 +669,8 @@ def _replicas(at: _At) -> int:
 
 
 #: Controller settings a scenario may set, by their field's name (``dry_run``,
-#: ``max_rollbacks`` ...), parsed as their flags are: the executor's and its policy's, and the
-#: wave gap. Leader election is the chain's own business.
+#: ``max_rollbacks`` ...), parsed as their flags are: the executor's and its policy's, the
+#: wave gap, and how joins are followed. Leader election is the chain's own business.
 CONTROLLER_KEYS: Final[dict[str, Callable[[str], Any]]] = {
     **{
         name: s.kind
@@ -677,6 +678,7 @@ CONTROLLER_KEYS: Final[dict[str, Callable[[str], Any]]] = {
         if not name.startswith("leader_elect")
     },
     "wave_gap": WAVE_GAP.kind,
+    **{name: s.kind for name, s in settings_by_field(JoinSettings).items()},
 }
 
 

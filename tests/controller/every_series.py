@@ -4,17 +4,20 @@ families at once (docs check, promtool)."""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
 
 from exporter.controller.executor import REFUSAL_REASONS
 from exporter.controller.exposition import SOURCE_APISERVER, controller_families, node_exposition
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.http import CLIENT_ERROR_REASONS, ClientErrorMetrics
 from exporter.metrics.kube_requests import KubeRequestMetrics
-from exporter.metrics.nodes import NodeCollectors
+from exporter.metrics.nodes import NodeCollectors, join_families
 from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family, register_process_metrics
 from exporter.model.clusterview import ClusterView, build_view
-from exporter.model.kube import NodeCondition, Taint
+from exporter.model.joins import JoinPolicy, JoinTracker
+from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeCondition, Taint
+from exporter.model.waves import WaveTracker
 from tests.controller.builders import T0, lease, node
 from tests.controller.webhook_every_series import rich_webhook
 from tests.metrics.exposition import render
@@ -23,6 +26,16 @@ WAVE_LABEL = "example.com/scale-out"
 
 
 def rich_view() -> ClusterView:
+    return _rich()[0]
+
+
+def rich_join_families(switches: NodeCollectors) -> list[Metric]:
+    """The join histograms and judgements of the nodes of :func:`rich_view`."""
+    tracker = _rich()[1]
+    return join_families(tracker.histograms(), tracker.outcomes, switches)
+
+
+def _rich() -> tuple[ClusterView, JoinTracker]:
     conditions = (
         NodeCondition("Ready", "False", "KubeletNotReady", last_transition=T0 + 40),
         NodeCondition("MemoryPressure", "False", last_transition=T0 + 10),
@@ -46,6 +59,7 @@ def rich_view() -> ClusterView:
                 Taint("node.kubernetes.io/not-ready", "NoExecute"),
                 Taint("node.kubernetes.io/unschedulable", "NoSchedule"),
                 Taint("nodesync.io/rollback", "NoSchedule"),
+                Taint("readiness.k8s.io/network-ready", "NoSchedule"),
             ),
         ),
         node(
@@ -53,10 +67,31 @@ def rich_view() -> ClusterView:
             T0 + 30,
             taints=(Taint("ToBeDeletedByClusterAutoscaler", "NoSchedule", "1796000600"),),
         ),
-        node("batch-1", T0 + 50, labels={WAVE_LABEL: "batch-7"}),
+        node(
+            "batch-1",
+            T0 + 50,
+            labels={WAVE_LABEL: "batch-7"},
+            conditions=(NodeCondition("Ready", "True", last_transition=T0 + 54),),
+        ),
     ]
-    leases = [lease("cp-1", T0 + 55), lease("worker-1", T0 + 20), lease("worker-2", T0 + 58)]
-    return build_view(nodes, leases, wave_label=WAVE_LABEL, gap_seconds=120, now=T0 + 60)
+    leases = [
+        lease("cp-1", T0 + 55),
+        LeaseInfo("worker-1", LEASE_NAMESPACE, T0 + 20, "worker-1", created_at=T0 + 3),
+        lease("worker-2", T0 + 58),
+    ]
+    # The joining nodes' stages, as the controller's tracker follows them: worker-1 is held by
+    # a readiness taint, worker-2 runs its first pod, batch-1 is judged.
+    joins = JoinTracker(JoinPolicy(), since=T0 - 1)
+    waves = WaveTracker().snapshot(nodes, now=T0 + 60, wave_label=WAVE_LABEL)
+    by_name = {lease.name: lease for lease in leases}
+    for n in nodes:
+        joins.update(n, by_name.get(n.name), waves.node_wave[n.name], T0 + 60)
+    joins.pod_running("worker-2", T0 + 45)
+    stages = {n.name: s for n in nodes if (s := joins.stages(n.name)) is not None}
+    view = build_view(
+        nodes, leases, wave_label=WAVE_LABEL, gap_seconds=120, now=T0 + 60, joins=stages
+    )
+    return view, joins
 
 
 def rich_kube_requests(registry: CollectorRegistry) -> None:
@@ -126,6 +161,7 @@ def rich_controller_exposition(
             {SOURCE_APISERVER: SourceStatus(up=True, last_success_timestamp=T0 + 59)},
             build_info_family("0.0.0-test"),
             switches,
+            rich_join_families(switches),
         ),
         registry,
     )

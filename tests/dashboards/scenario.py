@@ -5,9 +5,11 @@ The cluster (times relative to the start):
 
 - ``node-c``: an old, established control-plane node (joined 2 h ago, Ready, fresh Lease).
 - ``node-b``: a failed join of wave ``wave-7`` (joined 15 min ago, NotReady for 13 min, Lease
-  stale, cordoned and tainted by nodesync): NodesyncNewNodeNotReady goes pending.
+  stale, cordoned and tainted by nodesync): NodesyncNewNodeNotReady goes pending; the controller's
+  join objective runs out for it 10 s after the start (a ``not_ready`` join).
 - ``node-a``: the healthy node of wave ``wave-7`` (joined 5 min ago, Ready), with the agent on a
-  real containerd. The API server binds pods to it: ``web`` (runs), ``mixed`` (runs the four
+  real containerd. The API server binds pods to it: ``web`` (runs: reported Running once
+  containerd runs it, its node's first workload pod), ``mixed`` (runs the four
   containers of :class:`~nodesync_sim.runtime_pods.MixedPod`; the API reports a crash-looping
   container), ``stuck`` (Pending for 5 min, no sandbox: missing-sandbox drift). containerd also
   runs ``gone``, a pod the API does not know (orphan-sandbox drift), and kubelet's pods dir holds
@@ -44,10 +46,12 @@ from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app as make_agent_app
 from exporter.agent.settings import AgentSettings
+from exporter.controller.app import CLUSTER
 from exporter.controller.app import make_app as make_controller_app
 from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
 from exporter.controller.wiring import rollback_extensions
 from exporter.metrics.nodes import NodeCollectors
+from exporter.model.joins import JoinPolicy
 from exporter.model.rfc3339 import format_micro_time, format_time
 from exporter.model.runtime import ContainerState
 from nodesync_sim.apiserver import APIServer
@@ -70,6 +74,7 @@ ALERTMANAGER_CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 
 NODE = "node-a"
 FAILED_NODE = "node-b"
+FAILED_JOINED = 900.0  # seconds before the start
 OLD_NODE = "node-c"
 NODES = (NODE, FAILED_NODE, OLD_NODE)
 WAVE_LABEL = "example.com/scale-out"
@@ -243,6 +248,7 @@ class Scenario:
     controller_port: int = 0
     _thread: LoopThread | None = None
     _api: APIServer | None = None
+    _controller_app: web.Application | None = None
     _runners: list[web.AppRunner] = field(default_factory=list)
 
     @property
@@ -290,7 +296,7 @@ class Scenario:
         store = api.store
         for name, joined, ready, since, renewed, node_labels in (
             (OLD_NODE, 7200, "True", 7000, 0, {"node-role.kubernetes.io/control-plane": ""}),
-            (FAILED_NODE, 900, "False", 800, 820, {WAVE_LABEL: "wave-7"}),
+            (FAILED_NODE, FAILED_JOINED, "False", 800, 820, {WAVE_LABEL: "wave-7"}),
             (NODE, 300, "True", 250, 0, {WAVE_LABEL: "wave-7"}),
         ):
             self.clock.offset = joined
@@ -305,7 +311,8 @@ class Scenario:
         self.clock.offset = 0.0
         uids = {}
         for name, status, containers in (
-            ("web", {"phase": "Running"}, ["app"]),
+            # Pending until containerd runs it (_run_workload): node-a's first workload pod
+            ("web", {"phase": "Pending"}, ["app"]),
             ("mixed", _mixed_status(), [MixedPod.RUNNING, MixedPod.ERROR]),
             ("stuck", _stuck_status(), ["app"]),
         ):
@@ -346,6 +353,9 @@ class Scenario:
                 wave_gap=120.0,
                 # every switch on: the panels of the series off by default show data too
                 collectors=NodeCollectors.everything(),
+                # node-b's objective runs out 10 s after it is created: the join SLO has a
+                # judgement (a failed join) soon after the controller started
+                join=JoinPolicy(ready_objective=FAILED_JOINED + 10.0),
             ),
             registry=CollectorRegistry(),
             extensions=rollback_extensions(
@@ -360,6 +370,7 @@ class Scenario:
         self._runners.append(runner)
         runner, self.controller_port = await _serve(controller)
         self._runners.append(runner)
+        self._controller_app = controller
         return uids
 
     async def _scrape_agent(self) -> str:
@@ -376,10 +387,36 @@ class Scenario:
                 raise AssertionError(f"timed out waiting for the agent: {what}")
             await asyncio.sleep(0.1)
 
+    async def _report_running(self, name: str) -> None:
+        """What kubelet does once the pod runs: its status says Running, from now. The
+        controller's watch of running pods must be up to see it (its join's pod_running)."""
+        assert self._controller_app is not None
+        pods = self._controller_app[CLUSTER].pods
+        deadline = time.monotonic() + 20
+        while pods is None or not pods.up:
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for the controller's pod watch")
+            await asyncio.sleep(0.1)
+        assert self._api is not None
+        pod = self._api.store.get("pods", name, namespace=NAMESPACE)
+        pod["status"] = {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "app",
+                    "state": {"running": {"startedAt": format_time(time.time())}},
+                    "ready": True,
+                    "restartCount": 0,
+                }
+            ],
+        }
+        self._api.store.replace("pods", pod, namespace=NAMESPACE, subresource="status")
+
     async def _run_workload(self, uids: dict[str, str]) -> None:
         endpoint = self.containerd.endpoint
         sleeper = [ContainerSpec("app", ["/bin/sleep", "inf"])]
         await run_pod(endpoint, "web", NAMESPACE, uids["web"], sleeper)
+        await self._report_running("web")
         await run_pod(endpoint, "gone", NAMESPACE, str(uuid.uuid4()), sleeper)
         mixed = await run_mixed_pod(endpoint, "mixed", NAMESPACE, uids["mixed"])
         for _ in range(2):  # three OOM kills in all: an OOM loop and a crash loop

@@ -15,12 +15,14 @@ pytestmark = [pytest.mark.prometheus]
 #: Quick ones (40 to 50 s each after the chain started) that stage what only the simulator's
 #: newer parts can: a control-plane blip's pause, a frozen simulated runtime rolled back to the
 #: delete, a PodDisruptionBudget that blocks a drain until it is relaxed (it must have refused
-#: at least once), and a controller restarted mid-rollback (it must have been).
+#: at least once), a controller restarted mid-rollback (it must have been), and a wave whose
+#: failed joins burn the join SLO (its alert must have fired).
 FAST = [
     "control-plane-blip.json",
     "frozen-runtime.json",
     "pdb-blocks-then-allows.json",
     "controller-restart.json",
+    "join-slo.json",
 ]
 
 

@@ -209,6 +209,7 @@ def test_node_summary_is_node_info_with_the_rest_left_out(obj: dict[str, Any]) -
                     "name": "node-a",
                     "namespace": "kube-node-lease",
                     "resourceVersion": "7",
+                    "creationTimestamp": "2024-05-01T10:00:01Z",
                 },
                 "spec": {
                     "holderIdentity": "node-a",
@@ -216,7 +217,7 @@ def test_node_summary_is_node_info_with_the_rest_left_out(obj: dict[str, Any]) -
                     "renewTime": "2024-05-01T10:00:05.250000Z",
                 },
             },
-            LeaseInfo("node-a", "kube-node-lease", T0 + 5.25, "node-a", 40, "7"),
+            LeaseInfo("node-a", "kube-node-lease", T0 + 5.25, "node-a", 40, "7", T0 + 1),
             id="node-lease",
         ),
         pytest.param(

@@ -10,6 +10,7 @@ from exporter.metrics.nodes import (
     CONDITION,
     CREATED,
     EXEMPT,
+    JOIN_STAGE,
     LEASE,
     OTHER_CONDITIONS,
     READY,
@@ -40,6 +41,7 @@ def reference_families(view: ClusterView, switches: NodeCollectors) -> list[Metr
             (TAINT, ["node", "key", "effect"]),
             (WAVE, ["node", "wave"]),
             (EXEMPT, ["node", "reason"]),
+            (JOIN_STAGE, ["node", "stage"]),
         )
     }
     for node in view.nodes:
@@ -63,6 +65,8 @@ def reference_families(view: ClusterView, switches: NodeCollectors) -> list[Metr
         made[WAVE].add_metric([name, node.wave_id], 1.0)
         for reason in exempt_reasons(node):
             made[EXEMPT].add_metric([name, reason], 1.0)
+        for stage, at in node.join.reached() if node.join is not None else ():
+            made[JOIN_STAGE].add_metric([name, stage], at)
     on = {
         CONDITION: bool(conditions),
         TRANSITION: bool(conditions),
@@ -72,6 +76,7 @@ def reference_families(view: ClusterView, switches: NodeCollectors) -> list[Metr
         TAINT: switches.spec,
         WAVE: switches.waves,
         EXEMPT: switches.node,
+        JOIN_STAGE: switches.joins,
     }
     return [family for f, family in made.items() if on[f]]
 

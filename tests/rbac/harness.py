@@ -327,6 +327,8 @@ class ControllerRun:
         cluster = self.client.app[CLUSTER]
         if not (cluster.synced and cluster.status().up):
             return "the controller's cluster view is not up"
+        if cluster.pods is not None and not cluster.pods.up:
+            return "the controller's watch of running pods is not up"
         lease = self.lease()
         spec = (lease or {}).get("spec") or {}
         if spec.get("holderIdentity") != IDENTITY:

@@ -96,6 +96,7 @@ def test_the_library_has_every_kind_and_only_picks_by_name() -> None:
         "two-waves",
         "wave-200",
         "half-scrapes",
+        "join-slo",
     } <= names
     for scenario in every:  # time compressed only through the documented overrides
         assert scenario.expect is not None
