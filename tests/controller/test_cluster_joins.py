@@ -5,7 +5,7 @@ pods, which caches nothing); and judges the join SLO as time passes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,23 +18,11 @@ from exporter.metrics.nodes import NodeCollectors
 from exporter.model.joins import JoinPolicy
 from exporter.model.rfc3339 import format_micro_time, format_time
 from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.store import Store
 from tests.controller.builders import T0
 from tests.controller.conftest import LEASES, SimClock
 from tests.metrics.exposition import render, series
 
 GATE = "readiness.k8s.io/network-ready"
-
-
-@pytest.fixture
-def clock() -> SimClock:
-    return SimClock()
-
-
-@pytest.fixture
-async def server(clock: SimClock) -> AsyncIterator[APIServer]:
-    async with APIServer(store=Store(clock=clock), bookmark_interval=0.2) as srv:
-        yield srv
 
 
 async def eventually(predicate: Callable[[], bool], what: str, within: float = 15.0) -> None:
