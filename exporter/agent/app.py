@@ -95,6 +95,7 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         stats=reader if settings.stats_period > 0 else None,
         drift_grace_seconds=settings.drift_grace_period,
         changes=event_metrics,
+        node=side.objects.node if side is not None else lambda: None,
     )
     app[SYNC] = sync
     static = [build_info_family(__version__), start_family(time.time())]
@@ -111,6 +112,10 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     if side is not None:
         tasks.append(asyncio.create_task(side.objects.run(), name="agent-api-view"))
         tasks.append(asyncio.create_task(_publish_when_synced(side, sync), name="agent-api-synced"))
+    # The cleanup's own healthz probe (a session of its own: never queued behind the sync's).
+    healthz = KubeletProbe(
+        settings.kubelet_healthz_url, settings.kubelet_root_dir, settings.kubelet_timeout
+    )
     if side is not None and settings.cleanup:
         cleanup = NodeCleanup(
             settings.node_name,
@@ -119,6 +124,7 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
             runtime=client,
             runtime_error=partial(_runtime_error, sync),
             api=side.writer,
+            kubelet_healthy=healthz.healthy,
             call_timeout=settings.cleanup_call_timeout,
         )
         app[CLEANUP] = cleanup
@@ -129,6 +135,7 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
     finally:
         await cancel_and_wait(tasks)
         await kubelet.close()
+        await healthz.close()
         await client.close()
         if side is not None:
             await side.api.close()

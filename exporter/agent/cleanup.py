@@ -12,11 +12,15 @@ NodeRollback uid: an answer an earlier rollback left on the node never answers a
 2. Read the runtime (ListPodSandbox, ListContainers) and the node's pods from the API server
    again, compute drift from those, and keep only the orphan_container, orphan_sandbox and
    stale_sandbox items both agree on (:func:`exporter.model.cleanup.select`). A failed read:
-   as in 1.
+   as in 1. When the runtime holds a pod being deleted and the Node's Ready is Unknown, kubelet's
+   healthz is probed right then: with the kubelet gone (both), such a pod is not desired past its
+   deletion timestamp, and while one is not due yet (or the sync loop's drift does not show it
+   yet) the request waits, acknowledged, and is looked at again next period.
 3. For each item, right before acting, ask the runtime for that object once more (it must still
    exist with the same pod uid; a stale sandbox must still be not ready), then stop and remove
    it: containers first, then sandboxes. NOT_FOUND counts as done.
-4. Write the status (the agent's only write to the API server). A failed write is retried every
+4. List the runtime once more and report what it still holds that nobody wants (``remaining``).
+5. Write the status (the agent's only write to the API server). A failed write is retried every
    period without cleaning again; a failed CRI call ends the cleanup as ``failed`` with the
    error, and a NEW request id is needed to try again.
 """
@@ -26,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from exporter.cri.errors import CRIError, NotFound
@@ -35,10 +39,12 @@ from exporter.metrics.cleanup import CleanupTotals
 from exporter.model.cleanup import (
     CleanupState,
     CleanupStatus,
+    Remaining,
+    Selection,
     pending_request,
     select,
 )
-from exporter.model.drift import Drift, DriftItem, DriftKind, compute_drift
+from exporter.model.drift import Drift, DriftItem, DriftKind, compute_drift, kubelet_gone
 from exporter.model.kube import NodeInfo, PodInfo
 from exporter.model.rollback import CLEANUP_STATUS_ANNOTATION
 from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, SandboxState
@@ -90,10 +96,14 @@ class NodeCleanup:
         runtime: CleanupRuntime,
         runtime_error: Callable[[], str] = lambda: "",
         api: CleanupAPI,
+        kubelet_healthy: Callable[[], Awaitable[bool]] | None = None,
         call_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``kubelet_healthy`` probes kubelet's healthz now; without it the kubelet is never
+        taken for gone (pods being deleted are left to it)."""
         self.node_name = node_name
+        self._kubelet_healthy = kubelet_healthy
         self._node = node
         self._drift = drift
         self._runtime = runtime
@@ -163,10 +173,41 @@ class NodeCleanup:
             self._wait(request, f"cannot read the API server again: {exc}")
             await self._acknowledge(request)
             return None
-        status = await self._clean(request, drift, sandboxes, containers, pods)
+        now = self._clock()
+        snapshot = RuntimeSnapshot(now, None, (), sandboxes, containers)
+        gone = await self._kubelet_gone(node, pods, snapshot)
+        fresh = compute_drift(
+            pods, snapshot, (), now, grace_seconds=drift.grace_seconds, kubelet_gone=gone
+        )
+        chosen = select(drift, fresh, pods, now, kubelet_gone=gone, held=_held(snapshot))
+        if chosen.waiting:
+            pod, why = chosen.waiting[0]
+            self._wait(
+                request,
+                f"the kubelet is gone and {len(chosen.waiting)} pods being deleted still run "
+                f"(first {pod.namespace}/{pod.name}, uid {pod.uid}: {why})",
+            )
+            await self._acknowledge(request)
+            return None
+        status = await self._clean(request, chosen, pods, drift.grace_seconds, gone)
         self._record(status)
         await self._publish(status)
         return status
+
+    async def _kubelet_gone(
+        self, node: NodeInfo, pods: list[PodInfo], snapshot: RuntimeSnapshot
+    ) -> bool:
+        """Whether the kubelet is gone (exporter.model.drift.kubelet_gone), asked only when it
+        matters: the runtime holds a pod being deleted and the Node says Ready Unknown. Then
+        kubelet's healthz is probed now, right before acting on what follows from it."""
+        if self._kubelet_healthy is None:
+            return False
+        held = _held(snapshot)
+        if not any(p.deletion_timestamp is not None and p.uid in held for p in pods):
+            return False
+        if not kubelet_gone(False, node):  # Ready is not Unknown: no need to probe
+            return False
+        return kubelet_gone(await self._kubelet_healthy(), node)
 
     async def _acknowledge(self, request: str) -> None:
         """Tell the controller the request was seen (status ``running``), once per request."""
@@ -201,15 +242,11 @@ class NodeCleanup:
     async def _clean(
         self,
         request: str,
-        drift: Drift,
-        sandboxes: tuple[PodSandbox, ...],
-        containers: tuple[Container, ...],
+        chosen: Selection,
         pods: list[PodInfo],
+        grace_seconds: float,
+        gone: bool,
     ) -> CleanupStatus:
-        now = self._clock()
-        snapshot = RuntimeSnapshot(now, None, (), sandboxes, containers)
-        fresh = compute_drift(pods, snapshot, (), now, grace_seconds=drift.grace_seconds)
-        chosen = select(drift, fresh, pods, now)
         for item, why in chosen.skipped:
             log.info("cleanup skips an item", extra=_fields(item, request, reason=why))
         removed = {"sandbox": 0, "container": 0}
@@ -232,6 +269,23 @@ class NodeCleanup:
         except CRIError as exc:
             error = str(exc)
             log.warning("cleanup failed", extra={"request": request, "error": error})
+        remaining = None
+        if not error:
+            try:
+                remaining = await self._remaining(pods, grace_seconds, gone)
+            except CRIError as exc:
+                error = f"cannot list the runtime after the cleanup: {exc}"
+                log.warning("cleanup failed", extra={"request": request, "error": error})
+        if remaining is not None and not remaining.empty:
+            log.warning(
+                "the runtime still holds what nobody wants after the cleanup",
+                extra={
+                    "request": request,
+                    "sandboxes": remaining.sandboxes,
+                    "containers": remaining.containers,
+                    "pods": ", ".join(remaining.pods),
+                },
+            )
         return CleanupStatus(
             id=request,
             state=CleanupState.FAILED if error else CleanupState.DONE,
@@ -240,7 +294,21 @@ class NodeCleanup:
             finished_at=self._clock(),
             error=error,
             skipped=skipped,
+            remaining=remaining,
         )
+
+    async def _remaining(self, pods: list[PodInfo], grace_seconds: float, gone: bool) -> Remaining:
+        """What the runtime, listed again, still holds that nobody wants: drift's cleanable
+        items by the same rules the cleanup chose by."""
+        sandboxes, containers = await asyncio.gather(
+            self._runtime.list_pod_sandboxes(), self._runtime.list_containers()
+        )
+        now = self._clock()
+        snapshot = RuntimeSnapshot(now, None, (), sandboxes, containers)
+        after = compute_drift(
+            pods, snapshot, (), now, grace_seconds=grace_seconds, kubelet_gone=gone
+        )
+        return Remaining.of(after)
 
     async def _remove_sandbox(self, item: DriftItem) -> bool:
         try:
@@ -306,6 +374,11 @@ class NodeCleanup:
                 "skipped": status.skipped,
             },
         )
+
+
+def _held(snapshot: RuntimeSnapshot) -> frozenset[str]:
+    """The pod uids the runtime holds a sandbox or a container of."""
+    return frozenset(s.uid for s in snapshot.sandboxes) | {c.pod_uid for c in snapshot.containers}
 
 
 def _fields(item: DriftItem, request: str, **extra: str) -> dict[str, str]:

@@ -30,9 +30,15 @@ from typing import Protocol
 
 from exporter.agent.state import AgentState, SourceState
 from exporter.cri.errors import CRIError
-from exporter.model.drift import DEFAULT_GRACE_SECONDS, Drift, compute_drift, track_first_seen
+from exporter.model.drift import (
+    DEFAULT_GRACE_SECONDS,
+    Drift,
+    compute_drift,
+    kubelet_gone,
+    track_first_seen,
+)
 from exporter.model.host import HostSnapshot, KubeletSnapshot
-from exporter.model.kube import PodInfo
+from exporter.model.kube import NodeInfo, PodInfo
 from exporter.model.phase import PodPhase, phase_counts, pods_by_uid
 from exporter.model.pod_problems import api_phase_counts, pod_problems
 from exporter.model.pressure import pressure
@@ -100,10 +106,14 @@ class AgentSync:
         api: APIView | None = None,
         stats: StatsSource | None = None,
         drift_grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        node: Callable[[], NodeInfo | None] = lambda: None,
         clock: Callable[[], float] = time.time,
         changes: ChangeObserver | None = None,
     ) -> None:
+        """``node``: the agent's own Node as its watch sees it (drift asks whether its Ready
+        says the kubelet is gone, see exporter.model.drift.kubelet_gone)."""
         self._runtime = runtime
+        self._node = node
         self._stats_source = stats
         self._stats: RuntimeStats | None = None
         self._stats_failing = False
@@ -255,7 +265,8 @@ class AgentSync:
         now: float,
     ) -> Drift | None:
         """Drift needs both sides complete: a partial list would make desired pods look
-        orphaned. Pod directories count only while kubelet's root could be read."""
+        orphaned. Pod directories count only while kubelet's root could be read. The kubelet is
+        gone when its last probe failed and the Node says Ready Unknown."""
         dir_uids = kubelet.pod_uids if kubelet is not None and kubelet.pod_dir_readable else None
         if dir_uids is not None:
             self._pod_dirs_first_seen = track_first_seen(self._pod_dirs_first_seen, dir_uids, now)
@@ -268,6 +279,7 @@ class AgentSync:
             now,
             grace_seconds=self._drift_grace,
             first_seen=self._pod_dirs_first_seen,
+            kubelet_gone=kubelet_gone(kubelet.healthy if kubelet else None, self._node()),
         )
 
     async def refresh_stats(self) -> RuntimeStats | None:

@@ -30,6 +30,10 @@ did, and finds out what the first run did:
   deleted without a cleanup or proof that none can run, and the rollback says what to do.
 - VERIFY: a rolled-back node is cordoned (or gone) and its cleanup was done or skipped with its
   reason; a skipped cleanup on a node nodesync may not delete is reported as needing a person.
+  A done cleanup is checked against the runtime, as the agent's answer on the Node reports it
+  after a re-list (``remaining``): the step fails (``runtime_not_clean``) while the runtime
+  still holds sandboxes or containers nobody wants, or when the answer is no longer there. An
+  answer without ``remaining`` (an agent older than the report) is taken as before, and says so.
 - DELETE_NODE: deletes the Node with a precondition on the uid it was decided for.
 
 Timeouts count from the step's first attempt (recorded in the status), across retries and
@@ -49,7 +53,7 @@ from exporter.controller.coordination import Pause
 from exporter.controller.settings import ExecutorSettings
 from exporter.kube.errors import KubeError
 from exporter.kube.writer import EvictionResult, KubeWriter
-from exporter.model.cleanup import CleanupState, CleanupStatus
+from exporter.model.cleanup import CleanupState, CleanupStatus, Remaining
 from exporter.model.drain import disposition
 from exporter.model.guards import never_touch
 from exporter.model.health import is_recovered
@@ -89,6 +93,7 @@ RUNTIME_UNAVAILABLE = "runtime_unavailable"
 CLEANUP_FAILED = "cleanup_failed"
 CLEANUP_TIMEOUT = "cleanup_timeout"
 NOT_VERIFIED = "not_verified"
+RUNTIME_NOT_CLEAN = "runtime_not_clean"
 API_ERROR = "api_error"
 ALERT_RESOLVED = "alert_resolved"
 
@@ -104,6 +109,7 @@ REASONS = (
     CLEANUP_FAILED,
     CLEANUP_TIMEOUT,
     NOT_VERIFIED,
+    RUNTIME_NOT_CLEAN,
     API_ERROR,
     ALERT_RESOLVED,
 )
@@ -149,6 +155,23 @@ def request_id(rollback: NodeRollback) -> str:
     """The cleanup request of the rollback as it stands: its uid, and a suffix when an
     escalation asks the agent again."""
     return cleanup_request_id(rollback.uid, max(1, rollback.status.observed_generation))
+
+
+def _pods_text(remaining: Remaining) -> str:
+    return f" ({', '.join(remaining.pods)})" if remaining.pods else ""
+
+
+def _remaining_text(status: CleanupStatus) -> str:
+    """What the answer says the runtime still holds, for the step's message."""
+    remaining = status.remaining
+    if remaining is None:
+        return ""
+    if remaining.empty:
+        return "; the runtime holds nothing unwanted"
+    return (
+        f"; the runtime still holds {remaining.sandboxes} sandboxes and "
+        f"{remaining.containers} containers nobody wants{_pods_text(remaining)}"
+    )
 
 
 def _before(present: bool) -> dict[str, str]:
@@ -397,7 +420,7 @@ class StepRunner:
                     StepState.DONE,
                     f"the agent removed {status.removed_sandboxes} sandboxes and "
                     f"{status.removed_containers} containers and left {status.skipped} items a "
-                    f"re-check no longer confirmed (request {request})",
+                    f"re-check no longer confirmed{_remaining_text(status)} (request {request})",
                 )
             if status.state is CleanupState.UNAVAILABLE:
                 return self._cannot_clean(
@@ -476,7 +499,47 @@ class StepRunner:
                     f"was not cleaned up ({cleanup.reason}): delete the Node (nodesync does "
                     "with --rollback.delete-nodes) or repair its runtime, then uncordon it",
                 )
-        return StepResult(StepState.DONE, f"node {node.name} is {what}")
+            return StepResult(StepState.DONE, f"node {node.name} is {what}")
+        return self._verify_runtime(rollback, node, what)
+
+    def _verify_runtime(self, rollback: NodeRollback, node: NodeInfo, what: str) -> StepResult:
+        """A done cleanup: what the agent's answer says the runtime still holds."""
+        request = request_id(rollback)
+        status = cleanup_status(node)
+        if status is None or status.id != request or status.state is not CleanupState.DONE:
+            return self._not_clean(
+                rollback, f"the agent's answer to cleanup {request} is no longer on the node"
+            )
+        remaining = status.remaining
+        if remaining is None:
+            return StepResult(
+                StepState.DONE,
+                f"node {node.name} is {what} (its agent does not report what the runtime "
+                "still holds)",
+            )
+        if not remaining.empty:
+            return self._not_clean(
+                rollback,
+                f"after cleanup {request} the runtime still holds {remaining.sandboxes} "
+                f"sandboxes and {remaining.containers} containers nobody wants"
+                f"{_pods_text(remaining)}",
+            )
+        return StepResult(
+            StepState.DONE, f"node {node.name} is {what}; its runtime holds nothing unwanted"
+        )
+
+    def _not_clean(self, rollback: NodeRollback, message: str) -> StepResult:
+        name = rollback.spec.node
+        return StepResult(
+            StepState.FAILED,
+            message,
+            reason=RUNTIME_NOT_CLEAN,
+            stop=Phase.FAILED,
+            action_required=f"node {name} is not known to be clean: read its nodesync agent's "
+            "log, ask for a cleanup again (kubectl annotate node "
+            f"{name} nodesync.io/cleanup-request=manual-$(date +%s) --overwrite) and read "
+            "nodesync.io/cleanup-status, then delete or uncordon the node",
+        )
 
     async def event_target(self, rollback: NodeRollback, index: int) -> ObjectRef:
         """What the Event of step ``index``'s outcome is about: the pod of an eviction (with

@@ -150,6 +150,10 @@ class KubeletProbe:
             error="; ".join(errors),
         )
 
+    async def healthy(self) -> bool:
+        """Probe healthz only, now (:func:`probe_healthz`)."""
+        return await probe_healthz(self._get_session(), self._healthz_url, self._timeout)
+
     async def close(self) -> None:
         """Close the HTTP session, if one was opened. Safe to call more than once."""
         session, self._session = self._session, None

@@ -9,13 +9,22 @@ the metrics showed when the controller decided). Right before acting, drift is c
 from a fresh runtime read and a fresh list of the node's pods from the API server, and only the
 items found in BOTH are removed (:func:`select`): anything that changed in between (a pod that
 is desired again, a sandbox already gone, a sandbox that is no longer superseded) is skipped.
+
+On a node whose kubelet is gone (:func:`exporter.model.drift.kubelet_gone`), a pod being deleted
+stops being desired at its ``deletion_timestamp`` and the agent is the one left to remove its
+sandboxes. A cleanup then waits (:attr:`Selection.waiting`) while the runtime holds such a pod
+whose deletion is not due yet, or whose sandboxes the drift the request is answered from does not
+show yet, so that it removes them rather than answer while they still run.
+
+After acting, the agent lists the runtime again and reports what it still holds that nobody
+wants (:class:`Remaining`): the controller's verify step passes only when that is nothing.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +41,10 @@ CLEANABLE = (DriftKind.ORPHAN_CONTAINER, DriftKind.ORPHAN_SANDBOX, DriftKind.STA
 _ORPHANS = frozenset({DriftKind.ORPHAN_CONTAINER, DriftKind.ORPHAN_SANDBOX})
 
 
+#: How many pods a status names in ``remaining.pods`` at most (the counts are always complete).
+REMAINING_PODS_MAX = 10
+
+
 class CleanupState(enum.Enum):
     RUNNING = "running"  # taken up: the agent acknowledges the request and works on it
     DONE = "done"
@@ -44,8 +57,49 @@ ANSWERS = frozenset({CleanupState.DONE, CleanupState.FAILED, CleanupState.UNAVAI
 
 
 @dataclass(frozen=True, slots=True)
+class Remaining:
+    """What the runtime still holds, after a cleanup, that nobody wants: the cleanable items
+    (orphan and stale sandboxes, orphan containers) of drift computed from a re-list.
+    ``pods``: ``namespace/name`` (or the uid when the runtime gives no name) of the first
+    :data:`REMAINING_PODS_MAX` pods they belong to, sorted."""
+
+    sandboxes: int = 0
+    containers: int = 0
+    pods: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return self.sandboxes == 0 and self.containers == 0
+
+    @classmethod
+    def of(cls, drift: Drift) -> Remaining:
+        items = [i for kind in CLEANABLE for i in drift.of(kind)]
+        pods = sorted({f"{i.namespace}/{i.name}" if i.name else i.pod_uid for i in items})
+        containers = sum(1 for i in items if i.kind is DriftKind.ORPHAN_CONTAINER)
+        return cls(len(items) - containers, containers, tuple(pods[:REMAINING_PODS_MAX]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sandboxes": self.sandboxes, "containers": self.containers, "pods": [*self.pods]}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Remaining | None:
+        """None when ``data`` is not a remaining object (absent: an agent that does not report
+        it)."""
+        if not isinstance(data, dict):
+            return None
+        counts = [data.get("sandboxes"), data.get("containers")]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+            return None
+        raw = data.get("pods")
+        pods = tuple(p for p in raw if isinstance(p, str)) if isinstance(raw, list) else ()
+        return cls(int(data["sandboxes"]), int(data["containers"]), pods)
+
+
+@dataclass(frozen=True, slots=True)
 class CleanupStatus:
-    """The agent's answer to one request (the ``nodesync.io/cleanup-status`` annotation)."""
+    """The agent's answer to one request (the ``nodesync.io/cleanup-status`` annotation).
+    ``remaining`` is None for answers other than ``done`` and from agents that do not report
+    it (the key is absent)."""
 
     id: str
     state: CleanupState
@@ -54,20 +108,21 @@ class CleanupStatus:
     finished_at: float
     error: str = ""
     skipped: int = 0  # items of the request's drift that the re-check left alone
+    remaining: Remaining | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "id": self.id,
-                "state": self.state.value,
-                "removedSandboxes": self.removed_sandboxes,
-                "removedContainers": self.removed_containers,
-                "skipped": self.skipped,
-                "finishedAt": format_time(self.finished_at),
-                "error": self.error,
-            },
-            separators=(",", ":"),
-        )
+        data: dict[str, Any] = {
+            "id": self.id,
+            "state": self.state.value,
+            "removedSandboxes": self.removed_sandboxes,
+            "removedContainers": self.removed_containers,
+            "skipped": self.skipped,
+            "finishedAt": format_time(self.finished_at),
+            "error": self.error,
+        }
+        if self.remaining is not None:
+            data["remaining"] = self.remaining.to_dict()
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> CleanupStatus | None:
@@ -97,6 +152,7 @@ class CleanupStatus:
             finished_at=finished_at,
             error=error if isinstance(error, str) else "",
             skipped=number("skipped"),
+            remaining=Remaining.from_dict(data.get("remaining")),
         )
 
 
@@ -119,27 +175,65 @@ def _key(item: DriftItem) -> tuple[DriftKind, str, str, str]:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """``act``: remove these, containers first. ``skipped``: (item, why) left alone."""
+    """``act``: remove these, containers first. ``skipped``: (item, why) left alone.
+    ``waiting``: (pod, why) whose deletion the cleanup waits for before it acts at all."""
 
     act: tuple[DriftItem, ...]
     skipped: tuple[tuple[DriftItem, str], ...]
+    waiting: tuple[tuple[PodInfo, str], ...] = ()
 
 
-def desired_uids(pods: Iterable[PodInfo], now: float) -> frozenset[str]:
+def desired_uids(
+    pods: Iterable[PodInfo], now: float, *, kubelet_gone: bool = False
+) -> frozenset[str]:
     """Uids of pods that are desired at ``now`` (see exporter.model.drift)."""
     out = set()
     for pod in pods:
-        until = desired_until(pod)
+        until = desired_until(pod, kubelet_gone=kubelet_gone)
         if until is None or now < until:
             out.add(pod.uid)
     return frozenset(out)
 
 
-def select(requested: Drift, fresh: Drift, live_pods: Iterable[PodInfo], now: float) -> Selection:
+def _waiting(
+    requested: Drift,
+    fresh: Drift,
+    live_pods: Iterable[PodInfo],
+    now: float,
+    held: Collection[str],
+) -> list[tuple[PodInfo, str]]:
+    """Pods being deleted, with the kubelet gone, that the runtime holds (``held``: the pod uids
+    of its sandboxes and containers) and that this cleanup cannot remove yet but will: their
+    deletion is not due, or the requested drift does not show their sandboxes yet."""
+    asked = {_key(i) for i in requested.items}
+    unseen = {i.pod_uid for i in fresh.items if i.kind in CLEANABLE and _key(i) not in asked}
+    waiting: list[tuple[PodInfo, str]] = []
+    for pod in sorted(live_pods, key=lambda p: (p.namespace, p.name, p.uid)):
+        until = desired_until(pod, kubelet_gone=True)
+        if until is None or pod.uid not in held:
+            continue
+        if now < until:
+            waiting.append((pod, f"its deletion is due in {until - now:.0f} s"))
+        elif pod.uid in unseen:
+            waiting.append((pod, "the drift the request is answered from does not show it yet"))
+    return waiting
+
+
+def select(
+    requested: Drift,
+    fresh: Drift,
+    live_pods: Iterable[PodInfo],
+    now: float,
+    *,
+    kubelet_gone: bool = False,
+    held: Collection[str] = (),
+) -> Selection:
     """The cleanable items of ``requested`` that ``fresh`` (computed right now from a fresh
-    runtime read and the live pod list) still reports the same way."""
+    runtime read and the live pod list) still reports the same way. With ``kubelet_gone``
+    (as checked right now), also the pods whose deletion the cleanup must wait for."""
+    live_pods = tuple(live_pods)
     still = {_key(i) for i in fresh.items}
-    desired = desired_uids(live_pods, now)
+    desired = desired_uids(live_pods, now, kubelet_gone=kubelet_gone)
     act: list[DriftItem] = []
     skipped: list[tuple[DriftItem, str]] = []
     for kind in CLEANABLE:
@@ -150,4 +244,5 @@ def select(requested: Drift, fresh: Drift, live_pods: Iterable[PodInfo], now: fl
                 skipped.append((item, "no longer drifted"))
             else:
                 act.append(item)
-    return Selection(tuple(act), tuple(skipped))
+    waiting = _waiting(requested, fresh, live_pods, now, held) if kubelet_gone else []
+    return Selection(tuple(act), tuple(skipped), tuple(waiting))

@@ -8,7 +8,12 @@ Safety rules the comparison keeps (a cleanup must never touch a desired pod's sa
 - A pod the API server lists is *desired*, whatever its phase, until it has been deleted for
   longer than its deletion grace period: ``deletion_timestamp + deletion_grace_period_seconds``.
   The API server already sets ``deletion_timestamp`` to the end of the grace period, so this
-  waits up to twice that long on purpose.
+  waits up to twice that long on purpose: a live kubelet is stopping the pod.
+- On a node whose kubelet is gone (:func:`kubelet_gone`), nobody will stop a pod being deleted:
+  it is desired only until ``deletion_timestamp`` (the end of its grace period, once), and its
+  sandboxes are orphans from then on, without the drift grace period below (that grace waits for
+  kubelet's own garbage collection, and there is no kubelet). A deletion cannot be undone and a
+  new pod of the same name has a new uid, so such a pod is never desired again.
 - A mirror pod (the API object of a static pod) has another uid than the static pod kubelet
   runs, so its sandboxes are matched by namespace and name (static pod names carry the node name).
 - A sandbox kubelet created from a static pod manifest (annotation
@@ -27,7 +32,7 @@ import itertools
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from exporter.model.kube import PodInfo
+from exporter.model.kube import NodeInfo, PodInfo
 from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, SandboxState
 
 #: Default grace period: kubelet syncs every 10 s and collects garbage every minute.
@@ -91,10 +96,26 @@ def is_static(sandbox: PodSandbox) -> bool:
     return sandbox.annotations.get(ANNOTATION_CONFIG_SOURCE, "") in STATIC_SOURCES
 
 
-def desired_until(pod: PodInfo) -> float | None:
-    """When a pod stops being desired: None while it is not being deleted."""
+def kubelet_gone(kubelet_healthy: bool | None, node: NodeInfo | None) -> bool:
+    """Whether the node's kubelet is gone, as the agent can tell: BOTH its healthz probe fails
+    (``kubelet_healthy`` False: no answer, or not "ok"; None: not probed) AND the node's Ready
+    condition is ``Unknown`` (the node lifecycle controller's verdict once kubelet has posted
+    no status for the node monitor grace period). A failed probe alone may be a slow kubelet on
+    a busy node; Ready Unknown alone may be a kubelet that runs but cannot reach the API server.
+    Ready ``False`` is posted by a kubelet that runs: never gone."""
+    if kubelet_healthy is None or kubelet_healthy or node is None:
+        return False
+    ready = node.condition("Ready")
+    return ready is not None and ready.status == "Unknown"
+
+
+def desired_until(pod: PodInfo, *, kubelet_gone: bool = False) -> float | None:
+    """When a pod stops being desired: None while it is not being deleted. With the kubelet
+    gone, at ``deletion_timestamp`` (the end of its grace period): nobody stops it later."""
     if pod.deletion_timestamp is None:
         return None
+    if kubelet_gone:
+        return pod.deletion_timestamp
     return pod.deletion_timestamp + (pod.deletion_grace_period_seconds or 0)
 
 
@@ -109,17 +130,19 @@ def track_first_seen(
 class _Desired:
     """The desired pods as of ``now``, and how runtime objects map onto them."""
 
-    def __init__(self, pods: Iterable[PodInfo], now: float) -> None:
+    def __init__(self, pods: Iterable[PodInfo], now: float, kubelet_gone: bool) -> None:
         self.live: dict[str, PodInfo] = {}
         ended: dict[str, float] = {}
         for pod in pods:
-            until = desired_until(pod)
+            until = desired_until(pod, kubelet_gone=kubelet_gone)
             if until is None or now < until:
                 self.live[pod.uid] = pod
             else:
                 ended[pod.uid] = max(until, ended.get(pod.uid, until))
         # uid -> when it stopped being desired (a uid listed twice stays desired if either is).
         self.ended = {uid: t for uid, t in ended.items() if uid not in self.live}
+        # Deleted pods nobody will stop: their sandboxes are orphans without the drift grace.
+        self.abandoned = frozenset(self.ended) if kubelet_gone else frozenset()
         self.mirrors = {(p.namespace, p.name): p for p in self.live.values() if p.mirror}
 
     def owner(self, uid: str, namespace: str, name: str) -> PodInfo | None:
@@ -141,6 +164,7 @@ def compute_drift(
     *,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     first_seen: Mapping[str, float] | None = None,
+    kubelet_gone: bool = False,
 ) -> Drift:
     """Compare the pods the API server has bound to this node (``desired``) with the runtime's
     snapshot and the pod uids kubelet has a directory for.
@@ -148,7 +172,9 @@ def compute_drift(
     An item is reported once ``now - since > grace_seconds``. The kinds:
 
     - ``orphan_sandbox``: a sandbox (any state) whose pod is not desired. Since: the sandbox's
-      creation, or the end of its pod's deletion grace period when later.
+      creation, or the end of its pod's deletion grace period when later. With
+      ``kubelet_gone``, a sandbox of a pod being deleted is one from ``deletion_timestamp`` on,
+      reported at once (no grace period: no kubelet will remove it).
     - ``missing_sandbox``: a desired pod, bound to a node, not terminal and not being deleted,
       with no READY sandbox. Since: the pod's scheduled time, else its creation.
     - ``orphan_container``: a container whose sandbox the runtime no longer lists. Since: the
@@ -164,7 +190,7 @@ def compute_drift(
       ``first_seen[uid]``, when the agent first saw it (see :func:`track_first_seen`); a dir
       missing from ``first_seen`` counts as first seen ``now``, so it is not reported yet.
     """
-    want = _Desired(desired, now)
+    want = _Desired(desired, now, kubelet_gone)
     items: list[DriftItem] = []
 
     def past_grace(since: float) -> bool:
@@ -178,7 +204,7 @@ def compute_drift(
             by_owner.setdefault(pod.uid, []).append(s)
         elif not is_static(s):
             since = want.since(s.uid, s.created_at)
-            if past_grace(since):
+            if s.uid in want.abandoned or past_grace(since):
                 items.append(_sandbox_item(DriftKind.ORPHAN_SANDBOX, s, since))
 
     for sandboxes in by_owner.values():

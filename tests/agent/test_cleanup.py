@@ -13,9 +13,9 @@ from exporter.agent.cleanup import NodeCleanup
 from exporter.cri.errors import CRIError, NotFound, RuntimeUnavailable
 from exporter.kube.errors import KubeError, ServerError
 from exporter.metrics.cleanup import CleanupTotals
-from exporter.model.cleanup import CleanupState, CleanupStatus
-from exporter.model.drift import Drift, compute_drift
-from exporter.model.kube import NodeInfo, PodInfo
+from exporter.model.cleanup import CleanupState, CleanupStatus, Remaining
+from exporter.model.drift import Drift, compute_drift, kubelet_gone
+from exporter.model.kube import NodeCondition, NodeInfo, PodInfo
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
 from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, SandboxState
 from tests.model.builders import exited, running, sandbox
@@ -134,6 +134,9 @@ class Node:
     """A desired pod (u-web), an orphan sandbox (u-gone) and an orphan container (u-lost)."""
 
     def __init__(self) -> None:
+        self.now = NOW
+        self.healthz: list[bool] = []  # what each healthz probe answered
+        self.kubelet_answers = False
         web = sandbox("u-web", id="sb-web", created_at=OLD)
         gone = sandbox("u-gone", id="sb-gone", name="gone", created_at=OLD)
         web_app = running(uid="u-web", sandbox_id="sb-web", created_at=OLD)
@@ -152,18 +155,27 @@ class Node:
             drift=lambda: self.drift,
             runtime=self.runtime,
             api=self.api,
-            clock=lambda: NOW,
+            kubelet_healthy=self.probe,
+            clock=lambda: self.now,
         )
 
+    async def probe(self) -> bool:
+        self.healthz.append(self.kubelet_answers)
+        return self.kubelet_answers
+
     def compute(self) -> Drift:
+        """The sync loop's drift now, the kubelet gone as its last probe and the Node say."""
         snapshot = RuntimeSnapshot(
-            NOW,
+            self.now,
             None,
             (),
             tuple(self.runtime.sandboxes.values()),
             tuple(self.runtime.containers.values()),
         )
-        return compute_drift(self.api.pods, snapshot, (), NOW, grace_seconds=60)
+        gone = kubelet_gone(self.kubelet_answers, self.api.node)
+        return compute_drift(
+            self.api.pods, snapshot, (), self.now, grace_seconds=60, kubelet_gone=gone
+        )
 
 
 @pytest.fixture
@@ -185,6 +197,7 @@ async def test_a_request_removes_the_orphans_and_answers_once(node: Node) -> Non
     assert (status.id, status.state) == ("r1", CleanupState.DONE)
     assert (status.removed_sandboxes, status.removed_containers) == (1, 1)
     assert node.api.status() == status
+    assert status.remaining == Remaining()
     assert node.runtime.writes() == [
         ("stop_container", node.lost_id),
         ("remove_container", node.lost_id),
@@ -361,7 +374,7 @@ async def test_an_object_already_gone_is_skipped_not_failed(node: Node) -> None:
 
     async def list_then_vanish() -> tuple[Container, ...]:
         listed = await real_list()
-        node.runtime.containers.pop(node.lost_id)  # kubelet's GC was quicker
+        node.runtime.containers.pop(node.lost_id, None)  # kubelet's GC was quicker
         return listed
 
     node.runtime.list_containers = list_then_vanish  # type: ignore[method-assign]
@@ -404,3 +417,142 @@ async def test_missing_and_kubelet_only_drift_is_never_acted_on() -> None:
     assert status is not None
     assert (status.state, status.removed_sandboxes, status.skipped) == (CleanupState.DONE, 0, 0)
     assert node.runtime.writes() == []
+
+
+# ---------------------------------------------------------------- the kubelet gone
+
+
+def evicted(deleted_at: float) -> PodInfo:
+    """The API server's pod after an eviction: deletionTimestamp = the end of its grace."""
+    return replace(
+        pod("u-ev", "evicted"), deletion_timestamp=deleted_at, deletion_grace_period_seconds=30
+    )
+
+
+def with_evicted_pod(node: Node, deleted_at: float, ready: str) -> None:
+    """The node also runs a pod the drain evicted, and its Node says Ready ``ready``."""
+    ev = sandbox("u-ev", id="sb-ev", name="evicted", created_at=OLD)
+    app = running(uid="u-ev", sandbox_id="sb-ev", pod="evicted", created_at=OLD)
+    node.runtime.sandboxes[ev.id] = ev
+    node.runtime.containers[app.id] = app
+    node.api.pods.append(evicted(deleted_at))
+    condition = NodeCondition("Ready", ready)
+    node.api.node = replace(node.api.node, conditions=(condition,))
+    node.drift = node.compute()
+
+
+async def test_a_pod_past_its_deletion_is_removed_when_the_kubelet_is_gone(node: Node) -> None:
+    with_evicted_pod(node, NOW + 25, "Unknown")
+    node.api.request("r1")
+    # Its deletion is not due: acknowledged, nothing removed, looked at again.
+    for _ in range(2):
+        assert await node.cleanup.check_once() is None
+    assert node.runtime.writes() == []
+    ack = node.api.status()
+    assert ack is not None
+    assert ack.state is CleanupState.RUNNING
+    assert node.healthz == [False, False]  # probed at each look, right before deciding
+    # Due, but the sync loop's drift was computed before: still waits for it.
+    node.now = NOW + 26
+    assert await node.cleanup.check_once() is None
+    assert node.runtime.writes() == []
+    # The sync loop's next drift shows it: removed, with the orphans, the runtime clean.
+    node.drift = node.compute()
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert status.state is CleanupState.DONE
+    assert (status.removed_sandboxes, status.removed_containers) == (2, 1)
+    assert ("remove_podsandbox", "sb-ev") in node.runtime.writes()
+    assert set(node.runtime.sandboxes) == {"sb-web"}
+    assert status.remaining == Remaining()
+
+
+@pytest.mark.parametrize(
+    ("answers", "ready"),
+    [
+        pytest.param(True, "Unknown", id="its healthz answers"),
+        pytest.param(False, "True", id="its Node is Ready"),
+        pytest.param(False, "False", id="its Node is NotReady (posted by a live kubelet)"),
+    ],
+)
+async def test_a_pod_being_deleted_is_left_to_a_kubelet_that_is_not_gone(
+    node: Node, answers: bool, ready: str
+) -> None:
+    node.kubelet_answers = answers
+    with_evicted_pod(node, NOW - 5, ready)
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert (status.state, status.removed_sandboxes, status.removed_containers) == (
+        CleanupState.DONE,
+        1,
+        1,
+    )
+    assert "sb-ev" in node.runtime.sandboxes
+    assert [c.pod_uid for c in node.runtime.containers.values()].count("u-ev") == 1
+    assert all(target != "sb-ev" for _, target in node.runtime.writes())
+    assert status.remaining == Remaining()  # a live kubelet's pod is not unwanted yet
+    if ready != "Unknown":
+        assert node.healthz == [], "no probe while the Node is not Ready Unknown"
+
+
+async def test_a_kubelet_that_answers_again_right_before_acting_keeps_the_pod(node: Node) -> None:
+    with_evicted_pod(node, NOW - 5, "Unknown")  # the sync loop's drift saw the kubelet gone
+    assert node.drift is not None
+    assert "sb-ev" in {i.sandbox_id for i in node.drift.items}
+    node.kubelet_answers = True  # ... and right before acting it answers
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert status.state is CleanupState.DONE
+    assert "sb-ev" in node.runtime.sandboxes
+    assert status.skipped == 1
+
+
+async def test_without_a_healthz_probe_the_kubelet_is_never_gone(node: Node) -> None:
+    with_evicted_pod(node, NOW - 5, "Unknown")
+    cleanup = NodeCleanup(
+        NODE,
+        node=lambda: node.api.node,
+        drift=lambda: node.drift,
+        runtime=node.runtime,
+        api=node.api,
+        clock=lambda: NOW,
+    )
+    node.api.request("r1")
+    status = await cleanup.check_once()
+    assert status is not None
+    assert "sb-ev" in node.runtime.sandboxes
+
+
+async def test_what_a_removal_left_behind_is_reported(node: Node) -> None:
+    async def remove_nothing(pod_sandbox_id: str, call_timeout: float | None = None) -> None:
+        node.runtime.calls.append(("remove_podsandbox", pod_sandbox_id))  # OK, yet it stays
+
+    node.runtime.remove_pod_sandbox = remove_nothing  # type: ignore[method-assign]
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert status.state is CleanupState.DONE
+    assert status.remaining == Remaining(1, 0, ("default/gone",))
+    assert node.api.status() == status
+
+
+async def test_a_runtime_that_cannot_be_listed_after_the_cleanup_fails_it(node: Node) -> None:
+    real_list = node.runtime.list_pod_sandboxes
+    lists = []
+
+    async def second_list_fails() -> tuple[PodSandbox, ...]:
+        lists.append(1)
+        if len(lists) > 1:
+            raise CRIError("list_podsandbox", "DEADLINE_EXCEEDED", "frozen")
+        return await real_list()
+
+    node.runtime.list_pod_sandboxes = second_list_fails  # type: ignore[method-assign]
+    node.api.request("r1")
+    status = await node.cleanup.check_once()
+    assert status is not None
+    assert status.state is CleanupState.FAILED
+    assert "cannot list the runtime after the cleanup" in status.error
+    assert status.remaining is None
+    assert (status.removed_sandboxes, status.removed_containers) == (1, 1)

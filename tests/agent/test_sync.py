@@ -8,9 +8,13 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pytest
+
 from exporter.agent.sync import AgentSync
 from exporter.cri.errors import RuntimeTimeout, Unimplemented
+from exporter.model.drift import DriftKind
 from exporter.model.host import HostSnapshot, KubeletSnapshot
+from exporter.model.kube import NodeCondition, NodeInfo, PodInfo
 from exporter.model.phase import PodPhase
 from exporter.model.runtime import (
     Container,
@@ -376,3 +380,59 @@ async def test_node_probes_before_the_first_cycle_publish_nothing() -> None:
     assert state.host is not None
     assert state.sources["kubelet"].up
     assert sync.last_cycle_end is not None
+
+
+@dataclass
+class FakeView:
+    """The API server's view: the pod of the runtime's sandbox, evicted (its deletion past)."""
+
+    def pods(self) -> tuple[PodInfo, ...]:
+        evicted = PodInfo(
+            uid="u1",
+            namespace="default",
+            name="web",
+            node_name="node-a",
+            phase="Running",
+            created_at=NOW - 600,
+            deletion_timestamp=NOW - 5,
+            deletion_grace_period_seconds=30,
+        )
+        return (evicted,)
+
+    @property
+    def up(self) -> bool:
+        return True
+
+    @property
+    def last_success(self) -> float | None:
+        return NOW
+
+    @property
+    def error(self) -> str:
+        return ""
+
+
+@pytest.mark.parametrize(
+    ("healthy", "ready", "orphans"),
+    [
+        pytest.param(False, "Unknown", 1, id="kubelet gone: the evicted pod's sandbox"),
+        pytest.param(True, "Unknown", 0, id="kubelet answers"),
+        pytest.param(False, "True", 0, id="Node Ready"),
+    ],
+)
+async def test_drift_takes_the_kubelet_for_gone_from_its_probe_and_the_node(
+    healthy: bool, ready: str, orphans: int
+) -> None:
+    node = NodeInfo("node-a", "n1", NOW - 900, conditions=(NodeCondition("Ready", ready),))
+    sync = AgentSync(
+        FakeRuntime(),
+        FakeKubelet(healthy=healthy),
+        _host,
+        Durations(),
+        api=FakeView(),
+        node=lambda: node,
+        clock=lambda: NOW,
+    )
+    state = await sync.sync_once()
+    assert state.drift is not None
+    assert state.drift.counts()[DriftKind.ORPHAN_SANDBOX] == orphans

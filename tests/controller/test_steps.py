@@ -27,6 +27,7 @@ from exporter.controller.steps import (
     PAUSED,
     PDB_BLOCKED,
     RECOVERED,
+    RUNTIME_NOT_CLEAN,
     RUNTIME_UNAVAILABLE,
     WAITING_FOR_AGENT,
     Go,
@@ -89,9 +90,12 @@ class Env:
     def annotations(self) -> dict[str, str]:
         return dict((self.node() or {}).get("metadata", {}).get("annotations") or {})
 
-    def answer(self, request: str, state: str, error: str = "") -> None:
-        """The node's agent writes its cleanup status."""
-        status = {
+    def answer(
+        self, request: str, state: str, error: str = "", remaining: dict[str, Any] | None = None
+    ) -> None:
+        """The node's agent writes its cleanup status (``remaining`` only when given: an agent
+        that does not report it leaves the key out)."""
+        status: dict[str, Any] = {
             "id": request,
             "state": state,
             "removedSandboxes": 1,
@@ -100,6 +104,8 @@ class Env:
             "finishedAt": format_time(time.time()),
             "error": error,
         }
+        if remaining is not None:
+            status["remaining"] = remaining
         patch = {"metadata": {"annotations": {CLEANUP_STATUS_ANNOTATION: json.dumps(status)}}}
         self.store.patch("nodes", NODE, patch)
 
@@ -509,8 +515,12 @@ async def test_a_reachable_node_whose_agent_does_not_finish_fails_and_nothing_is
 # ---------------------------------------------------------------- verify, delete
 
 
+NOTHING_LEFT = {"sandboxes": 0, "containers": 0, "pods": []}
+
+
 async def test_verify_needs_the_cordon_and_a_finished_cleanup(env: Env) -> None:
     r = started(rollback(env), StepKind.VERIFY)
+    env.answer(request_id(r), "done", remaining=NOTHING_LEFT)
     result = await env.runner.execute(r, at(r, StepKind.VERIFY))
     assert not isinstance(result, Wait)
     assert (result.state, result.reason) == (StepState.FAILED, NOT_VERIFIED)
@@ -519,6 +529,64 @@ async def test_verify_needs_the_cordon_and_a_finished_cleanup(env: Env) -> None:
     result = await env.runner.execute(r, at(r, StepKind.VERIFY))
     assert not isinstance(result, Wait)
     assert (result.state, result.action_required) == (StepState.DONE, "")
+    assert "holds nothing unwanted" in result.message
+
+
+async def test_verify_fails_while_the_runtime_still_holds_what_nobody_wants(env: Env) -> None:
+    env.store.patch("nodes", NODE, {"spec": {"unschedulable": True}})
+    for action in (Action.ROLLBACK_NODE, Action.CLEANUP_ORPHANS):
+        r = started(rollback(env, action, delete_node=True), StepKind.VERIFY)
+        left = {"sandboxes": 2, "containers": 1, "pods": ["apps/web-0", "apps/web-1"]}
+        env.answer(request_id(r), "done", remaining=left)
+        result = await env.runner.execute(r, at(r, StepKind.VERIFY))
+        assert not isinstance(result, Wait)
+        assert (result.state, result.reason, result.stop) == (
+            StepState.FAILED,
+            RUNTIME_NOT_CLEAN,
+            Phase.FAILED,
+        )
+        assert "still holds 2 sandboxes and 1 containers" in result.message
+        assert "apps/web-0, apps/web-1" in result.message
+        assert NODE in result.action_required
+        # The same rollback once the agent reports the runtime clean: verified.
+        env.answer(request_id(r), "done", remaining=NOTHING_LEFT)
+        result = await env.runner.execute(r, at(r, StepKind.VERIFY))
+        assert not isinstance(result, Wait)
+        assert result.state is StepState.DONE
+
+
+async def test_verify_without_the_agents_answer_on_the_node_is_not_verified(env: Env) -> None:
+    env.store.patch("nodes", NODE, {"spec": {"unschedulable": True}})
+    r = started(rollback(env, delete_node=True), StepKind.VERIFY)
+    for answer in (None, ("someone-else", "done"), (request_id(r), "running")):
+        if answer is not None:
+            env.answer(*answer, remaining=NOTHING_LEFT)
+        result = await env.runner.execute(r, at(r, StepKind.VERIFY))
+        assert not isinstance(result, Wait)
+        assert (result.state, result.reason) == (StepState.FAILED, RUNTIME_NOT_CLEAN), answer
+        assert "no longer on the node" in result.message
+
+
+async def test_verify_takes_an_answer_without_remaining_as_before_and_says_so(env: Env) -> None:
+    # An agent older than the report (a rolling upgrade): its answer has no "remaining".
+    env.store.patch("nodes", NODE, {"spec": {"unschedulable": True}})
+    r = started(rollback(env), StepKind.VERIFY)
+    env.answer(request_id(r), "done")
+    result = await env.runner.execute(r, at(r, StepKind.VERIFY))
+    assert not isinstance(result, Wait)
+    assert (result.state, result.action_required) == (StepState.DONE, "")
+    assert "does not report what the runtime still holds" in result.message
+
+
+async def test_the_cleanup_step_says_what_the_runtime_still_holds(env: Env) -> None:
+    r = started(rollback(env), StepKind.CLEANUP_RUNTIME)
+    env.answer(request_id(r), "done", remaining={"sandboxes": 1, "containers": 0, "pods": ["a/b"]})
+    result = await _cleanup(env, r)
+    assert not isinstance(result, Wait)
+    assert result.state is StepState.DONE  # verify judges it
+    assert "the runtime still holds 1 sandboxes and 0 containers nobody wants (a/b)" in (
+        result.message
+    )
 
 
 async def test_verify_asks_for_a_person_when_a_skipped_cleanup_leaves_the_node(env: Env) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.model.cleanup import CleanupStatus
+from exporter.model.cleanup import CleanupStatus, Remaining
 from exporter.model.rollback import CLEANUP_STATUS_ANNOTATION
 from nodesync_sim.chain import AGENT_USER, SIM_USER, Chain
 from nodesync_sim.scaleout import timeline
@@ -98,7 +98,9 @@ async def test_a_failed_real_node_and_a_crash_loop_are_rolled_back_and_nothing_e
             "the crash-looping pod gone",
             30,
         )
-        desired = set(chain.real_pods.sandboxes.values())
+        real_pod = store.get("pods", REAL_APP_POD, namespace="default")
+        evicted = chain.real_pods.sandboxes[real_pod["metadata"]["uid"]]
+        daemon = set(chain.real_pods.sandboxes.values()) - {evicted}
 
         # The real node: cordoned and tainted before it was deleted; its agent cleaned up.
         last = chain.node_history.last_before_deletion(REAL)
@@ -108,15 +110,20 @@ async def test_a_failed_real_node_and_a_crash_loop_are_rolled_back_and_nothing_e
         assert ("nodesync.io/rollback", "NoSchedule") in taints
         status = CleanupStatus.from_json(last["metadata"]["annotations"][CLEANUP_STATUS_ANNOTATION])
         assert status is not None
-        assert (status.state.value, status.removed_sandboxes) == ("done", len(orphans))
+        # The orphan, and the evicted pod's sandbox once its deletion was due: its kubelet is
+        # gone (healthz fails, Ready Unknown), nobody else would stop it.
+        assert (status.state.value, status.removed_sandboxes) == ("done", len(orphans) + 1)
+        assert status.remaining == Remaining()
         assert _event_reasons(chain, REAL) >= ROLLBACK_EVENTS
-        # Through the CRI: the orphan is gone from the real containerd, the desired pods'
-        # sandboxes (a DaemonSet pod, and the evicted pod still within its grace period) stay.
+        # Through the CRI: the orphan and the evicted pod's sandbox are gone from the real
+        # containerd; the DaemonSet pod's, which nobody deleted, stays.
         after = await sandbox_ids(chain)
         assert not orphans & after
-        assert len(desired) == 2
-        assert desired <= after
-        # Its evictable pod was evicted (the DaemonSet pod left alone), with the Eviction API.
+        assert evicted not in after
+        assert len(daemon) == 1
+        assert daemon <= after
+        # Its evictable pod was evicted (the DaemonSet pod left alone), with the Eviction API,
+        # and stays Terminating: no kubelet confirms its deletion.
         real_pod = store.get("pods", REAL_APP_POD, namespace="default")
         assert real_pod["metadata"].get("deletionTimestamp")
         assert "NodesyncEvictPod" in _event_reasons(chain, CRASHING_POD)

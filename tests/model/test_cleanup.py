@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from exporter.model.cleanup import (
+    REMAINING_PODS_MAX,
     CleanupState,
     CleanupStatus,
+    Remaining,
     desired_uids,
     pending_request,
     select,
@@ -210,3 +212,164 @@ def test_items_not_in_the_request_are_never_acted_on() -> None:
     assert ("orphan_sandbox", "sb-new") in ids(fresh.items)
     chosen = select(REQUESTED, fresh, PODS, NOW)
     assert "sb-new" not in {i.sandbox_id for i in chosen.act}
+
+
+# ---------------------------------------------------------------- the kubelet gone
+
+
+TERMINATING_AT = NOW - 5  # its deletionTimestamp: the grace ended 5 s ago
+EVICTED = pod(
+    "u-evicted", "evicted", deletion_timestamp=TERMINATING_AT, deletion_grace_period_seconds=30
+)
+EVICTED_SB = sandbox("u-evicted", id="sb-evicted", name="evicted", created_at=OLD)
+EVICTED_APP = running(uid="u-evicted", sandbox_id="sb-evicted", pod="evicted", created_at=OLD)
+NOT_DUE = pod("u-due", "due", deletion_timestamp=NOW + 20, deletion_grace_period_seconds=30)
+NOT_DUE_SB = sandbox("u-due", id="sb-due", name="due", created_at=OLD)
+
+
+def gone_drift(pods: list[PodInfo], sandboxes: list[Any], gone: bool, at: float = NOW) -> Drift:
+    containers = (EVICTED_APP,) if EVICTED_SB in sandboxes else ()
+    snapshot = RuntimeSnapshot(at, None, (), tuple(sandboxes), containers)
+    return compute_drift(pods, snapshot, (), at, grace_seconds=60, kubelet_gone=gone)
+
+
+HELD = frozenset({"u-web", "u-evicted", "u-due"})
+
+
+@pytest.mark.parametrize(
+    ("pods", "gone", "act", "waiting"),
+    [
+        pytest.param(
+            [*PODS, EVICTED], True, ["sb-evicted"], [], id="past-due-kubelet-gone:-removed"
+        ),
+        pytest.param([*PODS, EVICTED], False, [], [], id="past-due-kubelet-alive:-kubelets"),
+        pytest.param(
+            [*PODS, NOT_DUE],
+            True,
+            [],
+            [("due", "its deletion is due in 20 s")],
+            id="not-due-kubelet-gone:-waits",
+        ),
+        pytest.param([*PODS, NOT_DUE], False, [], [], id="not-due-kubelet-alive:-nothing"),
+        pytest.param(
+            [*PODS, EVICTED, NOT_DUE],
+            True,
+            ["sb-evicted"],
+            [("due", "its deletion is due in 20 s")],
+            id="one-due-one-not:-waits-for-both",
+        ),
+    ],
+)
+def test_pods_being_deleted_are_cleaned_only_past_due_with_the_kubelet_gone(
+    pods: list[PodInfo], gone: bool, act: list[str], waiting: list[tuple[str, str]]
+) -> None:
+    sandboxes = [
+        WEB_NEW,
+        *(s for p, s in ((EVICTED, EVICTED_SB), (NOT_DUE, NOT_DUE_SB)) if p in pods),
+    ]
+    requested = gone_drift(pods, sandboxes, gone)
+    chosen = select(requested, requested, pods, NOW, kubelet_gone=gone, held=HELD)
+    assert [i.sandbox_id for i in chosen.act] == act
+    assert [(p.name, why) for p, why in chosen.waiting] == waiting
+    assert "sb-web-1" not in {i.sandbox_id for i in chosen.act}  # the running pod, never
+
+
+def test_a_deletion_the_requested_drift_has_not_seen_past_is_waited_for() -> None:
+    # The sync loop computed the drift 10 s ago, before the deletion was due: it shows nothing.
+    pods = [*PODS, EVICTED]
+    requested = gone_drift(pods, [WEB_NEW, EVICTED_SB], True, at=NOW - 10)
+    assert requested.of(DriftKind.ORPHAN_SANDBOX) == ()
+    fresh = gone_drift(pods, [WEB_NEW, EVICTED_SB], True)
+    chosen = select(requested, fresh, pods, NOW, kubelet_gone=True, held=HELD)
+    assert chosen.act == ()
+    assert [(p.name, why) for p, why in chosen.waiting] == [
+        ("evicted", "the drift the request is answered from does not show it yet")
+    ]
+    # The same disagreement with the kubelet alive (as checked now): nothing to wait for.
+    alive = select(requested, gone_drift(pods, [WEB_NEW, EVICTED_SB], False), pods, NOW, held=HELD)
+    assert (alive.act, alive.waiting) == ((), ())
+
+
+def test_a_pod_being_deleted_the_runtime_no_longer_holds_is_not_waited_for() -> None:
+    pods = [*PODS, NOT_DUE]
+    requested = gone_drift(pods, [WEB_NEW], True)
+    chosen = select(requested, requested, pods, NOW, kubelet_gone=True, held={"u-web"})
+    assert chosen.waiting == ()
+
+
+def test_a_kubelet_that_came_back_keeps_the_pods_sandbox() -> None:
+    # The request saw the kubelet gone; right before acting it answers again.
+    pods = [*PODS, EVICTED]
+    requested = gone_drift(pods, [WEB_NEW, EVICTED_SB], True)
+    fresh = gone_drift(pods, [WEB_NEW, EVICTED_SB], False)
+    chosen = select(requested, fresh, pods, NOW, kubelet_gone=False, held=HELD)
+    assert chosen.act == ()
+    assert [(i.sandbox_id, why) for i, why in chosen.skipped] == [
+        ("sb-evicted", "its pod is desired now")
+    ]
+
+
+def test_desired_uids_with_the_kubelet_gone_end_at_the_deletion_timestamp() -> None:
+    assert desired_uids([EVICTED, NOT_DUE], NOW) == {"u-evicted", "u-due"}
+    assert desired_uids([EVICTED, NOT_DUE], NOW, kubelet_gone=True) == {"u-due"}
+
+
+# ---------------------------------------------------------------- what remains
+
+
+def test_remaining_counts_the_cleanable_items_of_a_relisted_drift() -> None:
+    assert Remaining.of(REQUESTED) == Remaining(
+        2, 1, ("default/gone", "default/lost", "default/web")
+    )
+    nothing = drift(PODS, [WEB_NEW], [WEB_APP])
+    assert nothing.of(DriftKind.MISSING_SANDBOX)  # missing drift is not something held
+    assert Remaining.of(nothing) == Remaining(0, 0, ())
+    assert Remaining.of(nothing).empty
+
+
+def test_remaining_names_at_most_ten_pods() -> None:
+    many = [
+        sandbox(f"u-{n:02}", id=f"sb-{n:02}", name=f"p{n:02}", created_at=OLD) for n in range(12)
+    ]
+    left = Remaining.of(drift([], many, []))
+    assert (left.sandboxes, left.containers) == (12, 0)
+    assert left.pods == tuple(f"default/p{n:02}" for n in range(REMAINING_PODS_MAX))
+
+
+def test_status_with_remaining_round_trips() -> None:
+    original = status(remaining=Remaining(1, 2, ("apps/web-0",)))
+    text = original.to_json()
+    assert json.loads(text)["remaining"] == {
+        "sandboxes": 1,
+        "containers": 2,
+        "pods": ["apps/web-0"],
+    }
+    assert CleanupStatus.from_json(text) == original
+
+
+@pytest.mark.parametrize(
+    "remaining",
+    [
+        pytest.param(None, id="absent: an agent that does not report it"),
+        pytest.param([], id="not an object"),
+        pytest.param({"sandboxes": 1}, id="no containers"),
+        pytest.param({"sandboxes": -1, "containers": 0}, id="negative"),
+        pytest.param({"sandboxes": True, "containers": 0}, id="a boolean"),
+        pytest.param({"sandboxes": "1", "containers": 0}, id="a string"),
+    ],
+)
+def test_a_status_without_a_readable_remaining_has_none(remaining: Any) -> None:
+    data = json.loads(status().to_json())
+    if remaining is not None:
+        data["remaining"] = remaining
+    parsed = CleanupStatus.from_json(json.dumps(data))
+    assert parsed is not None
+    assert parsed.remaining is None
+
+
+def test_odd_pod_names_in_remaining_are_dropped() -> None:
+    data = json.loads(status().to_json())
+    data["remaining"] = {"sandboxes": 1, "containers": 0, "pods": ["a/b", 7, None]}
+    parsed = CleanupStatus.from_json(json.dumps(data))
+    assert parsed is not None
+    assert parsed.remaining == Remaining(1, 0, ("a/b",))

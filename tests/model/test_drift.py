@@ -16,9 +16,10 @@ from exporter.model.drift import (
     compute_drift,
     desired_until,
     is_static,
+    kubelet_gone,
     track_first_seen,
 )
-from exporter.model.kube import PodInfo
+from exporter.model.kube import NodeCondition, NodeInfo, PodInfo
 from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, SandboxState
 from tests.model.builders import running, sandbox
 
@@ -406,6 +407,136 @@ def test_desired_until(deletion: float | None, grace: int | None, expected: floa
 
 
 @pytest.mark.parametrize(
+    ("deletion", "grace", "expected"),
+    [
+        pytest.param(None, None, None, id="not-deleting"),
+        pytest.param(NOW, 30, NOW, id="the-deletion-timestamp-ends-the-grace-already"),
+        pytest.param(NOW, None, NOW, id="no-grace-set"),
+    ],
+)
+def test_desired_until_with_the_kubelet_gone(
+    deletion: float | None, grace: int | None, expected: float | None
+) -> None:
+    p = pod("a", deletion_timestamp=deletion, deletion_grace_period_seconds=grace)
+    assert desired_until(p, kubelet_gone=True) == expected
+
+
+def node(ready: str | None) -> NodeInfo:
+    conditions = () if ready is None else (NodeCondition("Ready", ready),)
+    return NodeInfo(name="node-1", uid="n1", created_at=OLD, conditions=conditions)
+
+
+@pytest.mark.parametrize(
+    ("healthy", "ready", "gone"),
+    [
+        pytest.param(False, "Unknown", True, id="probe-fails-and-ready-unknown"),
+        pytest.param(True, "Unknown", False, id="kubelet-answers:-a-partition-not-a-dead-kubelet"),
+        pytest.param(None, "Unknown", False, id="not-probed"),
+        pytest.param(False, "True", False, id="a-slow-probe-on-a-ready-node"),
+        pytest.param(False, "False", False, id="ready-false-is-posted-by-a-live-kubelet"),
+        pytest.param(False, None, False, id="no-ready-condition-yet"),
+    ],
+)
+def test_kubelet_gone_needs_both_the_probe_and_the_node(
+    healthy: bool | None, ready: str | None, gone: bool
+) -> None:
+    assert kubelet_gone(healthy, node(ready)) is gone
+
+
+def test_kubelet_gone_without_the_node_is_not_gone() -> None:
+    assert kubelet_gone(False, None) is False
+
+
+DELETED_AT = NOW - 5  # deletionTimestamp: the end of the pod's grace, 5 s ago
+
+
+def deleting(uid: str, deleted_at: float, grace: int = 30, **kw: Any) -> PodInfo:
+    return pod(uid, deletion_timestamp=deleted_at, deletion_grace_period_seconds=grace, **kw)
+
+
+GONE_CASES: list[Any] = [
+    pytest.param(
+        [deleting("a", DELETED_AT)],
+        snap([sb("a")], [ctr("a", sandbox_id="sb-a-0")]),
+        True,
+        [item(OS, "a", DELETED_AT, sandbox_id="sb-a-0")],
+        id="past-its-deletion-kubelet-gone:-orphan-at-once",
+    ),
+    pytest.param(
+        [deleting("a", DELETED_AT)],
+        snap([sb("a")], [ctr("a", sandbox_id="sb-a-0")]),
+        False,
+        [],
+        id="past-its-deletion-kubelet-alive:-kubelets-to-stop",
+    ),
+    pytest.param(
+        [deleting("a", NOW + 20)],
+        snap([sb("a")]),
+        True,
+        [],
+        id="deletion-not-due-kubelet-gone:-still-desired",
+    ),
+    pytest.param(
+        [deleting("a", NOW)],
+        snap([sb("a")]),
+        True,
+        [item(OS, "a", NOW, sandbox_id="sb-a-0")],
+        id="deletion-due-right-now",
+    ),
+    pytest.param(
+        [deleting("a", DELETED_AT), pod("b")],
+        snap([sb("a"), sb("b"), sb("b", state=NOTREADY, attempt=1, created_at=OLD - 50)]),
+        True,
+        [item(OS, "a", DELETED_AT, sandbox_id="sb-a-0"), item(SS, "b", OLD, sandbox_id="sb-b-1")],
+        id="a-running-pod-is-untouched-its-stale-sandbox-as-before",
+    ),
+    pytest.param(
+        [pod("a", phase="Succeeded")],
+        snap([sb("a", state=NOTREADY)]),
+        True,
+        [],
+        id="a-finished-pod-not-being-deleted-is-desired",
+    ),
+    pytest.param(
+        [deleting("a", DELETED_AT, created_at=NOW - 2)],
+        snap([sb("a", created_at=NOW - 2)]),
+        True,
+        [item(OS, "a", NOW - 2, sandbox_id="sb-a-0")],
+        id="a-young-sandbox-too:-no-drift-grace-without-a-kubelet",
+    ),
+    pytest.param(
+        [deleting("a", DELETED_AT)],
+        snap([sb("a", static=True)]),
+        True,
+        [],
+        id="a-static-pods-sandbox-never",
+    ),
+    pytest.param(
+        [deleting("a", DELETED_AT)],
+        snap([], [ctr("a", sandbox_id="gone", created_at=NOW - 10)]),
+        True,
+        [],
+        id="an-orphan-container-keeps-its-grace",
+    ),
+    pytest.param(
+        [deleting("a", DELETED_AT)],
+        snap(),
+        True,
+        [],
+        id="a-kubelet-dir-keeps-its-grace",
+    ),
+]
+
+
+@pytest.mark.parametrize(("desired", "runtime", "gone", "expected"), GONE_CASES)
+def test_drift_of_pods_being_deleted_on_a_node_whose_kubelet_is_gone(
+    desired: list[PodInfo], runtime: RuntimeSnapshot, gone: bool, expected: list[DriftItem]
+) -> None:
+    drift = compute_drift(desired, runtime, {"a"}, NOW, first_seen={"a": NOW}, kubelet_gone=gone)
+    assert sorted(drift.items, key=repr) == sorted(expected, key=repr)
+
+
+@pytest.mark.parametrize(
     ("annotations", "expected"),
     [
         pytest.param({}, False, id="no-annotation"),
@@ -473,6 +604,7 @@ def runtimes(draw: st.DrawFn) -> RuntimeSnapshot:
     st.sets(st.sampled_from(UIDS)),
     st.dictionaries(st.sampled_from(UIDS), TIMES),
     st.floats(0, 600, allow_nan=False),
+    st.booleans(),
 )
 def test_drift_never_targets_a_desired_pods_sandbox(
     desired: list[PodInfo],
@@ -480,13 +612,23 @@ def test_drift_never_targets_a_desired_pods_sandbox(
     dirs: set[str],
     first_seen: dict[str, float],
     grace: float,
+    gone: bool,
 ) -> None:
-    drift = compute_drift(desired, runtime, dirs, NOW, grace_seconds=grace, first_seen=first_seen)
-    live = {p.uid for p in desired if (until := desired_until(p)) is None or until > NOW}
+    drift = compute_drift(
+        desired, runtime, dirs, NOW, grace_seconds=grace, first_seen=first_seen, kubelet_gone=gone
+    )
+    live = {
+        p.uid
+        for p in desired
+        if (until := desired_until(p, kubelet_gone=gone)) is None or until > NOW
+    }
+    deleted = {p.uid for p in desired if p.deletion_timestamp is not None} - live
     sandboxes = {s.id: s for s in runtime.sandboxes}
 
     for i in drift.items:
-        assert NOW - i.since > grace, i
+        # Only an abandoned pod's sandbox skips the grace: a deleted pod, the kubelet gone.
+        abandoned = gone and i.kind is OS and i.pod_uid in deleted
+        assert abandoned or NOW - i.since > grace, i
         if i.kind is DriftKind.ORPHAN_SANDBOX:
             s = sandboxes[i.sandbox_id]
             assert s.uid not in live
@@ -521,6 +663,19 @@ def test_drift_never_targets_a_desired_pods_sandbox(
 
     # Desiring more pods never adds an orphan.
     more = desired + [pod(uid) for uid in UIDS if uid not in live]
-    again = compute_drift(more, runtime, dirs, NOW, grace_seconds=grace, first_seen=first_seen)
+    again = compute_drift(
+        more, runtime, dirs, NOW, grace_seconds=grace, first_seen=first_seen, kubelet_gone=gone
+    )
     assert set(again.of(OS)) <= set(drift.of(OS))
     assert again.of(KO) == ()
+
+    # The kubelet being gone changes only what concerns pods being deleted.
+    if gone:
+        alive = compute_drift(
+            desired, runtime, dirs, NOW, grace_seconds=grace, first_seen=first_seen
+        )
+        keys = {(i.kind, i.pod_uid, i.sandbox_id, i.container_id) for i in alive.items}
+        for i in drift.items:
+            if (i.kind, i.pod_uid, i.sandbox_id, i.container_id) not in keys:
+                assert i.kind in (OS, KO), i
+                assert i.pod_uid in deleted, i

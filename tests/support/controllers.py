@@ -736,6 +736,7 @@ class Scene:
                     "skipped": 0,
                     "finishedAt": format_time(time.time()),
                     "error": "",
+                    "remaining": {"sandboxes": 0, "containers": 0, "pods": []},
                 }
                 patch = {"metadata": {"annotations": {CLEANUP_STATUS: json.dumps(answer)}}}
                 self.server.ok(
