@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,12 +40,11 @@ from nodesync_sim.runtime_pods import ContainerSpec, Pod, run_pod
 from nodesync_sim.scaleout.realnode import KubeletHealthz
 from tests.agent.settings import agent_settings
 from tests.support.kubeapi import KubeCleanup
-from tests.support.realkube import AGENT_RBAC, MERGE_PATCH, eventually, rbac_applied
+from tests.support.realkube import MERGE_PATCH, eventually
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.containerd, pytest.mark.timeout(120)]
 
 SLEEPER = [ContainerSpec("app", ["/bin/sleep", "inf"])]
-LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 
 @dataclass
@@ -128,6 +127,15 @@ class Scene:
         await eventually(answered, f"the agent's answer to {request_id}", within, poll=0.1)
         return answers[0]
 
+    async def acknowledged(self) -> None:
+        """Wait until the agent took the request up (``running``)."""
+        await eventually(
+            lambda: (s := self.status()) is not None and s.state is CleanupState.RUNNING,
+            "the request acknowledged",
+            30,
+            poll=0.05,
+        )
+
     async def looks(self, n: int) -> None:
         """Wait for ``n`` more looks of the agent's cleanup loop: n chances to act."""
         target = self.cleanup.checks + n
@@ -142,12 +150,6 @@ class Scene:
             {s.id for s in sandboxes if s.state is SandboxState.READY},
             {c.id for c in containers if c.state is ContainerState.RUNNING},
         )
-
-
-@pytest.fixture
-def agent_rbac(kubeapi: LocalKubeAPIServer) -> Iterator[None]:
-    with rbac_applied(kubeapi, AGENT, [AGENT_RBAC], ["/api/v1/nodes", LEASES]):
-        yield
 
 
 @pytest.fixture
@@ -201,12 +203,7 @@ async def test_evicted_pods_are_removed_past_their_deletion_when_the_kubelet_is_
     scene.request("r1")
 
     # Acknowledged, and nothing of theirs removed before their deletion is due.
-    await eventually(
-        lambda: (s := scene.status()) is not None and s.state is CleanupState.RUNNING,
-        "the request acknowledged",
-        30,
-        poll=0.05,
-    )
+    await scene.acknowledged()
     their_sandboxes = {ran.sandbox_id for _, ran in evicted.values()}
     their_containers = {ran.container_ids["app"] for _, ran in evicted.values()}
     still_there = 0.0  # the start of the last read that found both still running
@@ -269,12 +266,7 @@ async def test_a_deletion_not_due_is_waited_for_and_nothing_removed(scene: Scene
     scene.set_ready("Unknown")
     due = scene.evict("app-0")
     scene.request("r1")
-    await eventually(
-        lambda: (s := scene.status()) is not None and s.state is CleanupState.RUNNING,
-        "the request acknowledged",
-        30,
-        poll=0.05,
-    )
+    await scene.acknowledged()
     await scene.looks(5)  # five more chances to act
     assert time.time() < due
     status = scene.status()

@@ -10,7 +10,7 @@ import contextlib
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ from tests.support.realkube import (
     connect,
     eventually,
     outage,
-    rbac_applied,
     received,
     requests,
     user_of,
@@ -166,13 +165,6 @@ async def test_own_object_watches_are_current_within_5s_of_the_servers_return(
 
 
 # ---------------------------------------------------------------- cleanup with containerd
-
-
-@pytest.fixture
-def agent_rbac(kubeapi: LocalKubeAPIServer) -> Iterator[None]:
-    """The shipped agent RBAC on the shared server for the test."""
-    with rbac_applied(kubeapi, AGENT, [AGENT_RBAC], ["/api/v1/nodes", LEASES]):
-        yield
 
 
 @pytest.fixture
