@@ -28,15 +28,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from exporter.agent.drift_view import DriftView
 from exporter.agent.state import AgentState, SourceState
 from exporter.cri.errors import CRIError
-from exporter.model.drift import (
-    DEFAULT_GRACE_SECONDS,
-    Drift,
-    compute_drift,
-    kubelet_gone,
-    track_first_seen,
-)
+from exporter.model.drift import DEFAULT_GRACE_SECONDS
 from exporter.model.host import HostSnapshot, KubeletSnapshot
 from exporter.model.kube import NodeInfo, PodInfo
 from exporter.model.phase import PodPhase, phase_counts, pods_by_uid
@@ -110,10 +105,7 @@ class AgentSync:
         clock: Callable[[], float] = time.time,
         changes: ChangeObserver | None = None,
     ) -> None:
-        """``node``: the agent's own Node as its watch sees it (drift asks whether its Ready
-        says the kubelet is gone, see exporter.model.drift.kubelet_gone)."""
         self._runtime = runtime
-        self._node = node
         self._stats_source = stats
         self._stats: RuntimeStats | None = None
         self._stats_failing = False
@@ -122,8 +114,7 @@ class AgentSync:
         self._durations = durations
         self._clock = clock
         self._api = api
-        self._drift_grace = drift_grace_seconds
-        self._pod_dirs_first_seen: dict[str, float] = {}
+        self._drift = DriftView(drift_grace_seconds, node)  # node: its own, from its watch
         self._terminations = TerminationTracker()
         self._known_pod_uids: frozenset[str] = frozenset()
         self._listed: tuple[tuple[PodSandbox, ...], tuple[Container, ...]] | None = None
@@ -203,7 +194,7 @@ class AgentSync:
             sources=dict(self._sources),
             api_phases=api_phase_counts(pods) if pods is not None else None,
             problems=tuple(pod_problems(pods, now)) if pods is not None else None,
-            drift=self._drift(pods, snapshot, kubelet, now),
+            drift=self._drift.compute(pods, snapshot, kubelet, now),
             synced=True,
         )
         self._durations.observe(time.perf_counter() - started)
@@ -255,31 +246,6 @@ class AgentSync:
             return SourceState(up=False, last_success=None, error="no API server configured")
         return SourceState(
             up=self._api.up, last_success=self._api.last_success, error=self._api.error
-        )
-
-    def _drift(
-        self,
-        pods: tuple[PodInfo, ...] | None,
-        runtime: RuntimeSnapshot | None,
-        kubelet: KubeletSnapshot | None,
-        now: float,
-    ) -> Drift | None:
-        """Drift needs both sides complete: a partial list would make desired pods look
-        orphaned. Pod directories count only while kubelet's root could be read. The kubelet is
-        gone when its last probe failed and the Node says Ready Unknown."""
-        dir_uids = kubelet.pod_uids if kubelet is not None and kubelet.pod_dir_readable else None
-        if dir_uids is not None:
-            self._pod_dirs_first_seen = track_first_seen(self._pod_dirs_first_seen, dir_uids, now)
-        if pods is None or runtime is None:
-            return None
-        return compute_drift(
-            pods,
-            runtime,
-            dir_uids or (),
-            now,
-            grace_seconds=self._drift_grace,
-            first_seen=self._pod_dirs_first_seen,
-            kubelet_gone=kubelet_gone(kubelet.healthy if kubelet else None, self._node()),
         )
 
     async def refresh_stats(self) -> RuntimeStats | None:
