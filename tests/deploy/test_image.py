@@ -34,7 +34,7 @@ from exporter.cri.pb import api_pb2, api_pb2_grpc
 from nodesync_sim.containerd import LocalContainerd
 from nodesync_sim.process import free_port
 from tests.deploy.manifests import BASE, ROOT, build, one
-from tests.support.realcluster import until
+from tests.support.controllers import until
 
 pytestmark = [pytest.mark.containerd, pytest.mark.timeout(1800)]
 
