@@ -1,0 +1,148 @@
+"""A kubelet goes silent (SIGSTOP) while its containerd and the agent live on: the
+controller-manager marks the node Unknown and taints it, the shipped rule fires, nodesync
+rolls the node back, and the containers of the evicted pods (which no kubelet will stop) are
+removed from the node's containerd before the rollback is Succeeded. The kubelet, resumed and
+restarted, registers a new Node that is judged afresh."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import grpc
+import pytest
+
+from exporter.cri.pb import api_pb2, api_pb2_grpc
+from nodesync_sim.real.cluster import condition
+from nodesync_sim.real.node import RealNode
+from tests.realcluster.helpers import (
+    audit_mark,
+    create_pod,
+    namespace,
+    pod,
+    product_events,
+    refused,
+    wait_phase,
+)
+from tests.support.realcluster import RealChain, until
+
+pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(420)]
+
+ROLLBACKS = "/apis/nodesync.io/v1alpha1/noderollbacks"
+UNREACHABLE = "node.kubernetes.io/unreachable"
+
+
+def containers_of(endpoint: str, uids: set[str]) -> list[str]:
+    """Ids of the containers (any state) the node's containerd holds for these pods."""
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = api_pb2_grpc.RuntimeServiceStub(channel)
+        items = stub.ListContainers(api_pb2.ListContainersRequest(), timeout=5.0).containers
+    return [c.id for c in items if c.labels.get("io.kubernetes.pod.uid") in uids]
+
+
+def test_a_silent_kubelet_is_rolled_back_and_its_pods_containers_removed(
+    realchain: RealChain,
+) -> None:
+    api = realchain.api
+    realchain.healthy_node()  # not every node breaks: the controller-manager stays per-node
+    node = realchain.join()
+    mark = audit_mark(api)
+    try:
+        _silent_kubelet(realchain, node, mark)
+    finally:
+        realchain.leave(node)  # broken: never reused
+
+
+def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int) -> None:
+    api = realchain.api
+    name = node.name
+    with namespace(api) as ns:
+        pods = []
+        for i in range(2):
+            create_pod(api, ns, pod(f"app-{i}", node))
+            pods.append(wait_phase(api, ns, f"app-{i}", "Running"))
+        uids = {p["metadata"]["uid"] for p in pods}
+        first_uid = api.ok("GET", f"/api/v1/nodes/{name}")["metadata"]["uid"]
+        assert len(containers_of(node.cri_endpoint, uids)) == 2
+
+        fault = time.time()
+        node.freeze_kubelet()
+
+        def unknown() -> bool:
+            found = realchain.cluster.node_object(name) or {}
+            return condition(found, "Ready").get("status") == "Unknown"
+
+        until(unknown, "the controller-manager to mark the node Unknown", 120)
+        unknown_at = time.time()
+        until(
+            lambda: any(
+                t["key"] == UNREACHABLE
+                for t in (realchain.cluster.node_object(name) or {})
+                .get("spec", {})
+                .get("taints", ())
+            ),
+            "the unreachable taint",
+            60,
+        )
+        tainted_at = time.time()
+        until(
+            lambda: realchain.prom.query(
+                f'ALERTS{{alertname="NodesyncNewNodeNotReady",node="{name}",alertstate="firing"}}'
+            ),
+            "the shipped rule to fire",
+            90,
+        )
+        alert_at = time.time()
+        print(
+            f"silent kubelet {name}: Unknown +{unknown_at - fault:.0f} s, unreachable taint "
+            f"+{tainted_at - fault:.0f} s, alert +{alert_at - fault:.0f} s"
+        )
+
+        def mine() -> list[dict]:
+            items = api.ok("GET", ROLLBACKS)["items"]
+            return [r for r in items if r["spec"]["nodeName"] == name]
+
+        until(mine, "a NodeRollback for the node", 60)
+        first_step = {}
+        rollback: dict = {}
+
+        def finished() -> bool:
+            nonlocal rollback
+            rollback = mine()[0]
+            phase = rollback.get("status", {}).get("phase")
+            if not first_step and any(
+                st.get("state") != "pending" for st in rollback.get("status", {}).get("steps", ())
+            ):
+                first_step["at"] = time.time()
+                print(f"first step +{first_step['at'] - fault:.0f} s")
+            # The correct outcome: nothing of the evicted pods runs on the node when it ends.
+            if phase == "Succeeded":
+                print(f"rollback Succeeded +{time.time() - fault:.0f} s")
+                assert containers_of(node.cri_endpoint, uids) == [], "containers left"
+            return phase in ("Succeeded", "Failed")
+
+        until(finished, "the rollback to end", 180)
+        done_at = time.time()
+        assert rollback["status"]["phase"] == "Succeeded", rollback["status"]
+        api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
+
+        # Every effect exactly once, nothing refused.
+        events = product_events(api, mark)
+        assert refused(events) == []
+        controller = api.identities["nodesync-controller"].user
+        effects = Counter(
+            (e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("subresource"))
+            for e in events
+            if e["user"]["username"] == controller
+            and e["verb"] in ("create", "patch", "delete")
+            and e["objectRef"].get("resource") in ("nodes", "pods")
+            and 200 <= e["responseStatus"]["code"] < 300
+        )
+        assert effects[("delete", "nodes", None)] == 1, effects
+        assert effects[("create", "pods", "eviction")] == 2, effects
+        print(f"rollback done +{done_at - fault:.0f} s")
+
+        # The kubelet, resumed and restarted, registers a new Node.
+        node.restart_kubelet()
+        again = realchain.cluster.wait_ready(name, timeout=120)
+        assert again["metadata"]["uid"] != first_uid
