@@ -24,7 +24,8 @@ from tests.realcluster.helpers import (
     refused,
     wait_phase,
 )
-from tests.support.realcluster import RealChain, until
+from tests.support.controllers import until
+from tests.support.realcluster import RealChain
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(420)]
 
