@@ -1,5 +1,6 @@
 """The controller's API side against a real kube-apiserver 1.20, as its service account with the
-shipped RBAC: the cluster view (ClusterWatch: every Node and node Lease) and the leader elector
+shipped RBAC: the cluster view (ClusterWatch: every Node and node Lease, and the pods that start
+on new nodes) and the leader elector
 are current again within 5 s of a restarted server's return, after an outage long enough for
 every client's backoff to have grown."""
 
@@ -150,6 +151,7 @@ async def test_cluster_view_and_leader_are_current_within_5s_of_the_servers_retu
     # While the server starts, before /readyz is 200, its authorizer refuses what its caches
     # do not hold yet (403); from the return on, nothing is refused.
     controller = requests(server, user=user_of(server, CONTROLLER), product=True)
-    assert {e["objectRef"]["resource"] for e in controller} == {"nodes", "leases"}
+    # Nodes and Leases for the view, Pods for the join stages' first pod Running.
+    assert {e["objectRef"]["resource"] for e in controller} == {"nodes", "leases", "pods"}
     refused = [e for e in controller if code(e) == 403]
     assert all(received(e) < returned_at for e in refused), refused
