@@ -189,7 +189,7 @@ class NodeCleanup:
             )
             await self._acknowledge(request)
             return None
-        status = await self._clean(request, chosen, pods, drift.grace_seconds, gone)
+        status = await self._clean(request, chosen, drift, pods, gone)
         self._record(status)
         await self._publish(status)
         return status
@@ -243,8 +243,8 @@ class NodeCleanup:
         self,
         request: str,
         chosen: Selection,
+        requested: Drift,
         pods: list[PodInfo],
-        grace_seconds: float,
         gone: bool,
     ) -> CleanupStatus:
         for item, why in chosen.skipped:
@@ -272,7 +272,7 @@ class NodeCleanup:
         remaining = None
         if not error:
             try:
-                remaining = await self._remaining(pods, grace_seconds, gone)
+                remaining = await self._remaining(requested, pods, gone)
             except CRIError as exc:
                 error = f"cannot list the runtime after the cleanup: {exc}"
                 log.warning("cleanup failed", extra={"request": request, "error": error})
@@ -297,18 +297,23 @@ class NodeCleanup:
             remaining=remaining,
         )
 
-    async def _remaining(self, pods: list[PodInfo], grace_seconds: float, gone: bool) -> Remaining:
-        """What the runtime, listed again, still holds that nobody wants: drift's cleanable
-        items by the same rules the cleanup chose by."""
+    async def _remaining(self, requested: Drift, pods: list[PodInfo], gone: bool) -> Remaining:
+        """What the runtime, listed again, still holds that nobody wants. With the kubelet gone,
+        every cleanable item of the re-list: nobody else will remove them. With a kubelet, the
+        items of the drift the cleanup acted on (``requested``) that the re-list still reports:
+        a sandbox orphaned since that drift was taken (a pod whose deletion the kubelet just
+        confirmed) is the kubelet's to collect, as the cleanup itself leaves it."""
         sandboxes, containers = await asyncio.gather(
             self._runtime.list_pod_sandboxes(), self._runtime.list_containers()
         )
         now = self._clock()
         snapshot = RuntimeSnapshot(now, None, (), sandboxes, containers)
         after = compute_drift(
-            pods, snapshot, (), now, grace_seconds=grace_seconds, kubelet_gone=gone
+            pods, snapshot, (), now, grace_seconds=requested.grace_seconds, kubelet_gone=gone
         )
-        return Remaining.of(after)
+        if gone:
+            return Remaining.of(after)
+        return Remaining.of_items(select(requested, after, pods, now).act)
 
     async def _remove_sandbox(self, item: DriftItem) -> bool:
         try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +73,10 @@ class Remaining:
 
     @classmethod
     def of(cls, drift: Drift) -> Remaining:
-        items = [i for kind in CLEANABLE for i in drift.of(kind)]
+        return cls.of_items([i for kind in CLEANABLE for i in drift.of(kind)])
+
+    @classmethod
+    def of_items(cls, items: Sequence[DriftItem]) -> Remaining:
         pods = sorted({f"{i.namespace}/{i.name}" if i.name else i.pod_uid for i in items})
         containers = sum(1 for i in items if i.kind is DriftKind.ORPHAN_CONTAINER)
         return cls(len(items) - containers, containers, tuple(pods[:REMAINING_PODS_MAX]))
