@@ -211,7 +211,8 @@ def _containerd_directory(demo_pid: int, within: float) -> Path:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         for _, ppid, _, cmd in _processes():
-            found = re.match(r"containerd --config (\S+)/config\.toml", cmd)
+            # By name or by path: the launcher may name the binary of a chosen release.
+            found = re.match(r"(?:\S*/)?containerd --config (\S+)/config\.toml", cmd)
             if ppid == demo_pid and found:
                 return Path(found.group(1))
         time.sleep(0.05)  # polling /proc: no event tells when a process starts
