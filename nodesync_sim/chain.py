@@ -350,11 +350,12 @@ class Chain:
         if change.rt.plural != "noderollbacks":
             return
         steps = (change.obj.obj.get("status") or {}).get("steps") or []
-        if any(s.get("name") == restart.after_step and s.get("state") == "done" for s in steps):
+        step = restart.after_step.value
+        if any(s.get("name") == step and s.get("state") == "done" for s in steps):
             self._restart_requested = True
             loop = self._loop
             assert loop is not None
-            loop.call_soon_threadsafe(self._begin_restart, restart.after_step, restart.down_seconds)
+            loop.call_soon_threadsafe(self._begin_restart, step, restart.down_seconds)
 
     def _begin_restart(self, step: str, down_seconds: float) -> None:
         self._restart_task = asyncio.create_task(self._restart_controller(step, down_seconds))

@@ -37,7 +37,8 @@ from exporter.tasks import wait_set
 from nodesync_sim.chain import Chain
 from nodesync_sim.containerd import missing_binaries as missing_containerd
 from nodesync_sim.prometheus import missing_binaries as missing_prometheus
-from nodesync_sim.scaleout.scenario import ScenarioError, load
+from nodesync_sim.scaleout.scenario import ScenarioError
+from nodesync_sim.scaleout.scenario_file import load
 
 log = logging.getLogger(__name__)
 

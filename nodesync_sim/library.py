@@ -34,7 +34,8 @@ from typing import TextIO
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION
 from nodesync_sim.chain import CONTROLLER_USER, Chain
 from nodesync_sim.scaleout import timeline
-from nodesync_sim.scaleout.scenario import Scenario, ScenarioError, load
+from nodesync_sim.scaleout.scenario import Scenario, ScenarioError
+from nodesync_sim.scaleout.scenario_file import load
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def staged_problems(chain: Chain) -> list[str]:
     if scenario.controller_restart is not None and not chain.controller_restarts:
         problems.append(
             f"the controller was never restarted (no rollback reached "
-            f"{scenario.controller_restart.after_step})"
+            f"{scenario.controller_restart.after_step.value})"
         )
     writes = chain.audit.by(CONTROLLER_USER)
     for pdb in scenario.pdbs:

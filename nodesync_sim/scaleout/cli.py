@@ -21,7 +21,8 @@ from pathlib import Path
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, kubeconfig_configuration
 from nodesync_sim.apiserver import APIServer
-from nodesync_sim.scaleout.scenario import ScenarioError, load
+from nodesync_sim.scaleout.scenario import ScenarioError
+from nodesync_sim.scaleout.scenario_file import load
 from nodesync_sim.scaleout.simulator import Backdate, Simulator, SimulatorError
 
 log = logging.getLogger(__name__)

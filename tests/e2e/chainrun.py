@@ -23,7 +23,8 @@ from nodesync_sim.chain import CONTROLLER_USER, Chain
 from nodesync_sim.containerd import missing_binaries as missing_containerd
 from nodesync_sim.prometheus import missing_binaries as missing_prometheus
 from nodesync_sim.scaleout import timeline
-from nodesync_sim.scaleout.scenario import Scenario, load
+from nodesync_sim.scaleout.scenario import Scenario
+from nodesync_sim.scaleout.scenario_file import load
 from tests.metrics.exposition import series
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import aiohttp
 from exporter.kube.api import KubeAPI
 from nodesync_sim.apiserver import APIServer
 from nodesync_sim.scaleout.audit import WriteAudit
-from nodesync_sim.scaleout.scenario import parse
+from nodesync_sim.scaleout.scenario_file import parse
 from nodesync_sim.scaleout.simulator import Simulator
 
 T = TypeVar("T")

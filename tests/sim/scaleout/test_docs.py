@@ -3,13 +3,14 @@ fault kind and controller setting is documented, and links resolve."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from nodesync_sim.scaleout.scenario import CONTROLLER_KEYS, FAULT_KINDS, TOP_KEYS, Timing
+from nodesync_sim.scaleout.scenario import FAULT_KINDS, Timing
+from nodesync_sim.scaleout.scenario_file import CONTROLLER_KEYS, TOP_KEYS
 from tests.deploy.test_links import _check
 from tests.rules.rulefiles import markdown_anchors, markdown_table
 
@@ -33,7 +34,7 @@ def test_every_timing_knob_is_documented_with_its_default() -> None:
         names = [name.strip(" `") for name in row["key"].split(",")]
         values = [v.strip() for v in row["default"].split(",")]
         documented.update(zip(names, values, strict=True))
-    defaults = {f.name: getattr(Timing(), f.name) for f in dataclasses.fields(Timing)}
+    defaults = {f.name: getattr(Timing(), f.name) for f in msgspec.structs.fields(Timing)}
     assert set(documented) == set(defaults)
     for name, value in defaults.items():
         assert float(documented[name]) == float(value), name

@@ -17,7 +17,7 @@ from nodesync_sim.apiserver import APIServer
 from nodesync_sim.apiserver.objects import Change
 from nodesync_sim.scaleout import timeline
 from nodesync_sim.scaleout.audit import WriteAudit
-from nodesync_sim.scaleout.scenario import parse
+from nodesync_sim.scaleout.scenario_file import parse
 from nodesync_sim.scaleout.simulator import Simulator, SimulatorError
 from tests.sim.scaleout.support import FAST, Env, doc, eventually, simulating
 

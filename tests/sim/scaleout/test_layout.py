@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nodesync_sim.scaleout.layout import OWNER_DAEMONSET, OWNER_REPLICASET, layout, share_count
-from nodesync_sim.scaleout.scenario import parse
+from nodesync_sim.scaleout.scenario_file import parse
 
 SCENARIO = {
     "name": "layout",

@@ -1,5 +1,5 @@
 """Scenario files: the shipped ones parse, defaults are Kubernetes' own, and a bad file is an
-error naming the file and the key."""
+error naming the file and the key's JSON path."""
 
 from __future__ import annotations
 
@@ -15,10 +15,8 @@ from nodesync_sim.scaleout.scenario import (
     LEASE_STOPS,
     ScenarioError,
     Timing,
-    load,
-    loads,
-    parse,
 )
+from nodesync_sim.scaleout.scenario_file import load, loads, parse
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[3] / "scenarios").glob("*.json"))
 
@@ -89,91 +87,115 @@ def _with(path: str, value: Any) -> dict[str, Any]:
 
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
-    ("a typo in a key", _with("waves[0].cuont", 3), "waves[0]: unknown key 'cuont'"),
-    ("a missing name", _with("name", ...), "missing key 'name'"),
-    ("a count as text", _with("waves[0].count", "3"), "waves[0].count: must be a whole number"),
-    ("a negative count", _with("waves[0].count", -1), "waves[0].count: must be at least 0"),
+    (
+        "a typo in a key",
+        _with("waves[0].cuont", 3),
+        "$.waves[0]: object contains unknown field `cuont`",
+    ),
+    ("a missing name", _with("name", ...), "$.name: missing"),
+    (
+        "a count as text",
+        _with("waves[0].count", "3"),
+        "$.waves[0].count: expected `int`, got `str`",
+    ),
+    ("a negative count", _with("waves[0].count", -1), "$.waves[0].count: expected `int` >= 0"),
     (
         "a fault nobody knows",
         _with("waves[0].faults[0].kind", "meltdown"),
-        "unknown fault 'meltdown'",
+        "$.waves[0].faults[0].kind: invalid enum value 'meltdown'",
     ),
-    ("a share above 1", _with("waves[0].faults[1].share", 1.5), "faults[1].share: must be a share"),
-    ("a share of zero", _with("waves[0].faults[1].share", 0), "faults[1].share: must be positive"),
+    (
+        "a share above 1",
+        _with("waves[0].faults[1].share", 1.5),
+        "$.waves[0].faults[1].share: expected `float` <= 1.0",
+    ),
+    (
+        "a share of zero",
+        _with("waves[0].faults[1].share", 0),
+        "$.waves[0].faults[1].share: expected `float` > 0.0",
+    ),
     (
         "a fault on a node that is not there",
         _with("waves[0].faults[0].nodes", ["w-009"]),
-        "faults[0].nodes[0]: no node 'w-009' in this group",
+        "$.waves[0].faults[0].nodes[0]: no node 'w-009' in this group",
     ),
     (
         "share and nodes together",
         _with("waves[0].faults[0].share", 0.5),
-        "give exactly one of 'share'",
+        "$.waves[0].faults[0]: give exactly one of 'share'",
     ),
     (
         "a pod fault on the real node",
         _with("real_node.faults", [{"kind": "crash_loop"}]),
-        "crash_loop is for simulated nodes only",
+        "$.real_node.faults[0].kind: crash_loop is for simulated nodes only",
     ),
     (
         "a target on the real node's fault",
         _with("real_node.faults", [{"kind": "lease_stops", "share": 1}]),
-        "the real node's faults apply to it",
+        "$.real_node.faults[0]: the real node's faults apply to it",
     ),
-    ("the real node in no wave", _with("real_node.wave", "nope"), "real_node.wave: no wave named"),
+    (
+        "the real node in no wave",
+        _with("real_node.wave", "nope"),
+        "$.real_node.wave: no wave named 'nope'",
+    ),
     (
         "more looping pods than pods",
         _with("waves[0].faults[0].pods", 3),
-        "faults[0].pods: only 2 app pods per node",
+        "$.waves[0].faults[0].pods: only 2 app pods per node",
     ),
     (
         "a loop without pods",
         _with("waves[0].pods_per_node", 0),
-        "crash_loop needs pods",
+        "$.waves[0].faults[0]: crash_loop needs pods",
     ),
     (
         "a grace period shorter than a renewal",
         _with("timing", {"lease_renew_seconds": 10, "node_monitor_grace_seconds": 5}),
-        "node_monitor_grace_seconds (5) must exceed lease_renew_seconds (10)",
+        "$.timing: node_monitor_grace_seconds (5) must exceed lease_renew_seconds (10)",
     ),
-    ("a bad duration", _with("rules.for", "soon"), "rules.for: invalid duration 'soon'"),
+    ("a bad duration", _with("rules.for", "soon"), "$.rules.for: invalid duration 'soon'"),
     (
         "a prefixed threshold",
         _with("rules.thresholds", {"nodesync:scaleout_window_seconds": 60}),
-        "without the 'nodesync:' prefix",
+        "$.rules: 'nodesync:scaleout_window_seconds': name the constant without the 'nodesync:'",
     ),
     (
         "a bad controller value",
         _with("controller.max_rollback_fraction", 2),
-        "controller.max_rollback_fraction: invalid fraction '2'",
+        "$.controller.max_rollback_fraction: invalid fraction '2'",
     ),
     (
         "an unknown controller setting",
         _with("controller.dryrun", True),
-        "controller: unknown key 'dryrun'",
+        "$.controller: object contains unknown field `dryrun`",
     ),
     (
         "two nodes of one name",
         _with("old_nodes.prefix", "w"),
-        "node name 'w-000' is used twice",
+        "$: node name 'w-000' is used twice",
     ),
-    ("no nodes at all", {"name": "empty"}, "no nodes"),
+    ("no nodes at all", {"name": "empty"}, "$: no nodes"),
     (
         "three Alertmanagers",
         _with("alertmanager.replicas", 3),
-        "alertmanager.replicas: must be 1 or 2 (an HA pair), not 3",
+        "$.alertmanager.replicas: invalid enum value 3",
     ),
     (
         "no Alertmanager",
         _with("alertmanager.replicas", 0),
-        "alertmanager.replicas: must be at least 1, not 0",
+        "$.alertmanager.replicas: invalid enum value 0",
     ),
     (
         "replicas as text",
         _with("alertmanager.replicas", "2"),
-        "alertmanager.replicas: must be a whole number",
+        "$.alertmanager.replicas: expected `int`, got `str`",
     ),
-    ("a wave name with capitals", _with("waves[0].name", "Wave"), "'Wave' is not a DNS label"),
+    (
+        "a wave name with capitals",
+        _with("waves[0].name", "Wave"),
+        "$.waves[0].name: expected `str` matching regex",
+    ),
 ]
 
 
@@ -183,9 +205,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 def test_a_bad_scenario_names_the_file_and_the_key(document: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError) as caught:
         parse(document, "scenarios/bad.json")
-    text = str(caught.value)
-    assert text.startswith("scenarios/bad.json: ")
-    assert message in text
+    assert str(caught.value).startswith(f"scenarios/bad.json: {message}")
 
 
 def test_a_file_that_is_not_json_or_not_there(tmp_path: Path) -> None:
@@ -195,5 +215,5 @@ def test_a_file_that_is_not_json_or_not_there(tmp_path: Path) -> None:
         load(tmp_path / "missing.json")
     path = tmp_path / "top.json"
     path.write_text(json.dumps([GOOD]))
-    with pytest.raises(ScenarioError, match=r"top\.json: must be an object, not a list"):
+    with pytest.raises(ScenarioError, match=r"top\.json: \$: expected `object`, got `array`"):
         load(path)

@@ -14,7 +14,8 @@ import pytest
 from exporter.kube.api import KubeAPI
 from exporter.kube.writer import KubeWriter
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
-from nodesync_sim.scaleout.scenario import ScenarioError, parse
+from nodesync_sim.scaleout.scenario import ScenarioError
+from nodesync_sim.scaleout.scenario_file import parse
 from tests.metrics.exposition import labels, series
 from tests.sim.scaleout.support import Env, doc, eventually, scrape, simulating
 
@@ -197,7 +198,7 @@ async def test_pods_on_a_silent_node_turn_not_ready_and_back() -> None:
     [
         (
             {"waves": [{"name": "w", "count": 1, "marks": [{"labels": {"a": "b"}}]}]},
-            "waves[0].marks[0]: give exactly one of 'share'",
+            "$.waves[0].marks[0]: give exactly one of 'share'",
         ),
         (
             {
@@ -211,7 +212,7 @@ async def test_pods_on_a_silent_node_turn_not_ready_and_back() -> None:
                     }
                 ]
             },
-            "waves[0].marks[0].taints[0].effect: unknown effect 'Never'",
+            "$.waves[0].marks[0].taints[0].effect: invalid enum value 'Never'",
         ),
         (
             {
@@ -223,51 +224,51 @@ async def test_pods_on_a_silent_node_turn_not_ready_and_back() -> None:
                     }
                 ]
             },
-            "waves[0].marks[0].labels.a b: is not a label key",
+            "$.waves[0].marks[0].labels: a key: expected `str` matching regex",
         ),
         (
             {
                 "waves": [{"name": "w", "count": 1}],
                 "pdbs": [{"name": "p", "app": "app-w-000", "min_available": 1}],
             },
-            "pdbs[0].app: no app pods labelled app='app-w-000'",
+            "$.pdbs[0].app: no app pods labelled app='app-w-000'",
         ),
         (
             {
                 "waves": [{"name": "w", "count": 1, "pods_per_node": 1}],
                 "pdbs": [{"name": "p", "app": "app-w-000"}],
             },
-            "pdbs[0]: give exactly one of 'min_available' or 'max_unavailable'",
+            "$.pdbs[0]: give exactly one of 'min_available' or 'max_unavailable'",
         ),
         (
             {
                 "waves": [{"name": "w", "count": 1, "pods_per_node": 1}],
                 "pdbs": [{"name": "p", "app": "app-w-000", "max_unavailable": "150%"}],
             },
-            "pdbs[0].max_unavailable: '150%' is not a percentage",
+            "$.pdbs[0].max_unavailable: expected `str` matching regex '^(100|[1-9]?[0-9])%$'",
         ),
         (
             {"waves": [{"name": "w", "count": 1}], "expect": {"decisions": {"w-001": "rollback"}}},
-            "expect.decisions.w-001: no node 'w-001' in this scenario",
+            "$.expect.decisions.w-001: no node 'w-001' in this scenario",
         ),
         (
             {"waves": [{"name": "w", "count": 1}], "expect": {"decisions": {"w-000": "reboot"}}},
-            "expect.decisions.w-000: unknown decision 'reboot'",
+            "$.expect.decisions[...]: invalid enum value 'reboot'",
         ),
         (
             {
                 "waves": [{"name": "w", "count": 1}],
                 "real_node": {"name": "r", "wave": "w", "faults": [{"kind": "agent_down"}]},
             },
-            "real_node.faults[0].kind: agent_down is for simulated nodes only",
+            "$.real_node.faults[0].kind: agent_down is for simulated nodes only",
         ),
         (
             {"waves": [{"name": "w", "count": 1}], "controller_restart": {"after_step": "reboot"}},
-            "controller_restart.after_step: unknown step 'reboot'",
+            "$.controller_restart.after_step: invalid enum value 'reboot'",
         ),
         (
             {"waves": [{"name": "w", "count": 1}], "scrape_failures": {"share": 2}},
-            "scrape_failures.share: must be a share from 0 to 1, not 2",
+            "$.scrape_failures.share: expected `float` <= 1.0",
         ),
     ],
 )
