@@ -48,9 +48,9 @@ from bench.harness.samplers import peak_rss_bytes
 from bench.harness.stats import summary_ms
 from exporter.cri.events import filters
 from exporter.cri.pb import api_pb2, api_pb2_grpc, events_pb2, events_pb2_grpc, task_events_pb2
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.process import ChildProcess, free_port
-from nodesync_sim.runtime_pods import ContainerSpec, Pod, restart_container, run_pod
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.process import ChildProcess, free_port
+from nodesync_sim.real.runtime_pods import ContainerSpec, Pod, restart_container, run_pod
 
 
 def _sample(reason: bytes) -> bytes:

@@ -51,9 +51,9 @@ from exporter.agent.node_objects import NodeObjects
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import load_configuration
 from exporter.model.rfc3339 import format_micro_time, format_time
-from nodesync_sim.containerd import IMAGE_REF, LocalContainerd
-from nodesync_sim.process import ChildProcess, free_port
-from nodesync_sim.runtime_pods import ContainerSpec, run_pod
+from nodesync_sim.real.containerd import IMAGE_REF, LocalContainerd
+from nodesync_sim.real.process import ChildProcess, free_port
+from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 
 NODE = "bench-node"
 NAMESPACE = "default"

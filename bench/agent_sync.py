@@ -57,9 +57,9 @@ from exporter.cri.snapshot import RuntimeReader
 from exporter.host.kubelet import KubeletProbe
 from exporter.host.probes import read_host
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.process import ChildProcess, free_port
-from nodesync_sim.runtime_pods import ContainerSpec, run_pod
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.process import ChildProcess, free_port
+from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 
 
 async def create_pods(endpoint: str, count: int, parallel: int = 4) -> None:

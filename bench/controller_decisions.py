@@ -68,7 +68,7 @@ from bench.harness.stats import summary_ms
 from bench.storm_alertmanager import HOOK_ROUTE, ZERO_TIME, fingerprint, go_time, label_string
 from exporter.model.rfc3339 import format_micro_time
 from exporter.tasks import wait_set
-from nodesync_sim.process import ChildProcess, free_port
+from nodesync_sim.real.process import ChildProcess, free_port
 
 MODES = ("repeat", "new", "repeat_scraped", "new_scraped")
 ALERTNAME = "NodesyncNewNodeNotReady"

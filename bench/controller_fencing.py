@@ -3,7 +3,7 @@ node is fenced when the delivery also brings 100 alerts the guards refuse.
 
 Every part is real and its own process, as in a cluster:
 
-- a kube-apiserver 1.20 with etcd (nodesync_sim.kube_apiserver; built by
+- a kube-apiserver 1.20 with etcd (nodesync_sim.real.kube_apiserver; built by
   scripts/setup-kube-apiserver), the NodeRollback CRD installed, its audit log recording every
   request with microsecond timestamps;
 - ``nodesync controller`` with the webhook and the executor, as admin, with the default write
@@ -57,8 +57,8 @@ from bench.harness.readiness import wait_http
 from bench.harness.report import command, machine
 from bench.harness.stats import summary_ms
 from exporter.model.rfc3339 import parse_time
-from nodesync_sim.kube_apiserver import ADMIN, LocalKubeAPIServer
-from nodesync_sim.process import free_port
+from nodesync_sim.real.kube_apiserver import ADMIN, LocalKubeAPIServer
+from nodesync_sim.real.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "deploy" / "base" / "noderollback-crd.yaml"

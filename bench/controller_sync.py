@@ -55,7 +55,7 @@ from bench.harness.stats import summary_ms
 from exporter.kube.convert import timestamp
 from exporter.model.rfc3339 import format_micro_time
 from exporter.tasks import wait_set
-from nodesync_sim.process import ChildProcess, free_port
+from nodesync_sim.real.process import ChildProcess, free_port
 
 RENEW_FAMILY = b"nodesync_node_lease_renew_timestamp_seconds{"
 

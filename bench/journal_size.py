@@ -53,7 +53,7 @@ from bench.harness.stats import summary_ms
 from exporter.controller.journal import Journal
 from exporter.model.alerts import Alert, WebhookPayload
 from exporter.model.rfc3339 import format_micro_time
-from nodesync_sim.process import ChildProcess, free_port
+from nodesync_sim.real.process import ChildProcess, free_port
 
 JSONObject = dict[str, Any]
 #: The acknowledgement p50 with the full journal may be at most this many times the empty one's.

@@ -101,7 +101,7 @@ from exporter.kube.noderollbacks import NODEROLLBACKS, node_rollback
 from exporter.model.rfc3339 import format_micro_time
 from exporter.model.rollback import Action, NodeRollback
 from exporter.tasks import wait_set
-from nodesync_sim.process import ChildProcess, free_port
+from nodesync_sim.real.process import ChildProcess, free_port
 
 NODEROLLBACKS_PATH = f"/apis/{NODEROLLBACKS.group}/{NODEROLLBACKS.version}/noderollbacks"
 

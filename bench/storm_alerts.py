@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from bench.harness.apiserver import JSONObject
-from nodesync_sim.process import ChildProcess
+from nodesync_sim.real.process import ChildProcess
 
 
 def not_ready_alert(node: str, starts_at: float, ends_at: float | None = None) -> JSONObject:

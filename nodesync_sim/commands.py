@@ -99,30 +99,30 @@ def register_sim(commands: CommandSet, environ: Mapping[str, str]) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from nodesync_sim.demo import run_demo
+    from nodesync_sim.demo.demo import run_demo
 
     return asyncio.run(run_demo(args, sys.stdout))
 
 
 def _run_node(args: argparse.Namespace) -> int:
-    from nodesync_sim.local_node import run_local_node
+    from nodesync_sim.demo.local_node import run_local_node
 
     return asyncio.run(run_local_node(args))
 
 
 def _run_apiserver(args: argparse.Namespace) -> int:
-    from nodesync_sim.apiserver import cli
+    from nodesync_sim.fake.apiserver import cli
 
     return asyncio.run(cli.run(args))
 
 
 def _run_scenarios(args: argparse.Namespace) -> int:
-    from nodesync_sim import library
+    from nodesync_sim.demo import library
 
     return asyncio.run(library.run(args, sys.stdout))
 
 
 def _run_wave(args: argparse.Namespace) -> int:
-    from nodesync_sim.scaleout import cli
+    from nodesync_sim.fake.scaleout import cli
 
     return asyncio.run(cli.run(args))

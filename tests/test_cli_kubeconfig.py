@@ -18,8 +18,8 @@ from exporter.kube import resources
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import ConfigError, kubeconfig_source, load_configuration
 from exporter.kube.errors import Unauthorized
-from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.server import kubeconfig_document
+from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.fake.apiserver.server import kubeconfig_document
 from tests.controller.alert_builders import body
 from tests.test_cli_errors import DEADLINE, clean_environment
 

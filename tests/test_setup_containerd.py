@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from nodesync_sim.containerd import release_of
+from nodesync_sim.real.containerd import release_of
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "setup-containerd"
 

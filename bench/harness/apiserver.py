@@ -18,7 +18,7 @@ import aiohttp
 
 from bench.harness.processes import nodesync_child
 from bench.harness.readiness import wait_path
-from nodesync_sim.process import ChildProcess, free_port
+from nodesync_sim.real.process import ChildProcess, free_port
 
 JSONObject = dict[str, Any]
 #: A snapshot of the server's request counters: (verb, resource, status code) -> requests.

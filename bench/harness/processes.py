@@ -1,5 +1,5 @@
 """The benchmarks' child processes, started the one way the project starts children
-(:class:`nodesync_sim.process.ChildProcess`: a session of its own, output to a log file,
+(:class:`nodesync_sim.real.process.ChildProcess`: a session of its own, output to a log file,
 stopped by its PID with SIGTERM, then SIGKILL).
 
 A child runs this tree's code whatever the working directory or the installed package: it is
@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from nodesync_sim.process import ChildProcess
+from nodesync_sim.real.process import ChildProcess
 
 #: The directory holding ``bench``, ``exporter`` and ``nodesync_sim``.
 TREE = Path(__file__).resolve().parents[2]

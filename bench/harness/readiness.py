@@ -1,7 +1,7 @@
 """Waiting for a child process to be ready, on the event loop, and timing it.
 
 Every wait polls, fails at once with the child's log tail when the child exits, and fails with
-it too when ``within`` seconds pass (:class:`nodesync_sim.process.ChildProcessFailed`).
+it too when ``within`` seconds pass (:class:`nodesync_sim.real.process.ChildProcessFailed`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import aiohttp
 
-from nodesync_sim.process import ChildProcess, ChildProcessFailed
+from nodesync_sim.real.process import ChildProcess, ChildProcessFailed
 
 
 async def wait_until(

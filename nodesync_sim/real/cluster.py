@@ -47,7 +47,7 @@ class RealCluster:
 
     @property
     def api(self) -> Any:
-        """The API server (:class:`~nodesync_sim.kube_apiserver.LocalKubeAPIServer`)."""
+        """The API server (:class:`~nodesync_sim.real.kube_apiserver.LocalKubeAPIServer`)."""
         return self.plane.apiserver
 
     def start(self) -> None:

@@ -1,6 +1,6 @@
 """A real control plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler.
 
-The API server is :class:`~nodesync_sim.kube_apiserver.LocalKubeAPIServer` with the Node and
+The API server is :class:`~nodesync_sim.real.kube_apiserver.LocalKubeAPIServer` with the Node and
 RBAC authorizers, the NodeRestriction admission plugin, a client CA made with openssl (kubelets
 join with certificates it signs) and a certificate of its own for talking to kubelets
 (``kubectl logs/exec``). The controller-manager runs every default controller, each under its own
@@ -25,9 +25,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodesync_sim.kube_apiserver import ADMIN, APIServerOptions, LocalKubeAPIServer
-from nodesync_sim.process import ChildProcess, free_port
+from nodesync_sim.real.kube_apiserver import ADMIN, APIServerOptions, LocalKubeAPIServer
 from nodesync_sim.real.pki import ClientCA
+from nodesync_sim.real.process import ChildProcess, free_port
 
 START_TIMEOUT = 90.0
 _POLL = 0.1

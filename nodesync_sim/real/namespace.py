@@ -22,7 +22,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from nodesync_sim.process import ChildProcess
+from nodesync_sim.real.process import ChildProcess
 
 #: The /proc/sys entries kubelet 1.20 sets when they differ (setupKernelTunables), with the value
 #: it wants: the bind-mounted file carries that value, so it writes nothing.

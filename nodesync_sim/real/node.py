@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodesync_sim.containerd import (
+from nodesync_sim.real.containerd import (
     IMAGE_REF,
     ContainerdLayout,
     LocalContainerd,
@@ -40,9 +40,9 @@ from nodesync_sim.containerd import (
     _pid_alive,
     config_toml,
 )
-from nodesync_sim.process import ChildProcess, free_port
 from nodesync_sim.real.namespace import MountNamespace
 from nodesync_sim.real.pki import ClientCA
+from nodesync_sim.real.process import ChildProcess, free_port
 
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 CONTAINERD_ROOT = "/var/lib/containerd"

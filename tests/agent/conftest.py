@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from exporter.model.kube import LEASE_NAMESPACE
-from nodesync_sim.kube_apiserver import AGENT, LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import AGENT, LocalKubeAPIServer
 from tests.support.realkube import AGENT_RBAC, rbac_applied
 
 NODE_LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"

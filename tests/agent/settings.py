@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.agent.settings import AgentSettings
-from nodesync_sim.containerd import LocalContainerd
+from nodesync_sim.real.containerd import LocalContainerd
 
 
 def agent_settings(

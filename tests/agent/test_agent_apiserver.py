@@ -20,9 +20,9 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app
-from nodesync_sim.apiserver.server import APIServer
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.runtime_pods import ContainerSpec, remove_pod, run_pod
+from nodesync_sim.fake.apiserver.server import APIServer
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.runtime_pods import ContainerSpec, remove_pod, run_pod
 from tests.agent.settings import agent_settings
 from tests.metrics.exposition import labels, series
 

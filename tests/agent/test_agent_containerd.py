@@ -19,8 +19,13 @@ from prometheus_client import CollectorRegistry
 
 from exporter.agent.app import make_app
 from exporter.model.runtime import ContainerState
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.runtime_pods import MixedPod, restart_container, run_mixed_pod, wait_for_state
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.runtime_pods import (
+    MixedPod,
+    restart_container,
+    run_mixed_pod,
+    wait_for_state,
+)
 from tests.agent.settings import agent_settings
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, series

@@ -23,8 +23,8 @@ from exporter.agent.app import make_app
 from exporter.agent.sync import TRIGGERS
 from exporter.cri.client import CRIClient
 from exporter.model.runtime import ContainerState
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.runtime_pods import ContainerSpec, run_mixed_pod, run_pod
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.runtime_pods import ContainerSpec, run_mixed_pod, run_pod
 from tests.agent.settings import agent_settings
 from tests.metrics.exposition import labels, series
 

@@ -31,9 +31,9 @@ from exporter.model.runtime import (
     ContainerState,
     SandboxState,
 )
-from nodesync_sim.apiserver.server import APIServer
-from nodesync_sim.containerd import LocalContainerd, cgroup_root_for
-from nodesync_sim.runtime_pods import ContainerSpec, run_pod
+from nodesync_sim.fake.apiserver.server import APIServer
+from nodesync_sim.real.containerd import LocalContainerd, cgroup_root_for
+from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 from tests.metrics.exposition import labels, series
 
 pytestmark = [pytest.mark.containerd, pytest.mark.containerd_releases]

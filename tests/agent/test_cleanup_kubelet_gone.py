@@ -34,10 +34,10 @@ from exporter.model.cleanup import ANSWERS, CleanupState, CleanupStatus, Remaini
 from exporter.model.rfc3339 import format_time, parse_time
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
 from exporter.model.runtime import ContainerState, SandboxState
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.kube_apiserver import AGENT, LocalKubeAPIServer
-from nodesync_sim.runtime_pods import ContainerSpec, Pod, run_pod
-from nodesync_sim.scaleout.realnode import KubeletHealthz
+from nodesync_sim.fake.scaleout.realnode import KubeletHealthz
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.kube_apiserver import AGENT, LocalKubeAPIServer
+from nodesync_sim.real.runtime_pods import ContainerSpec, Pod, run_pod
 from tests.agent.settings import agent_settings
 from tests.support.kubeapi import KubeCleanup
 from tests.support.realkube import MERGE_PATCH, eventually

@@ -28,9 +28,9 @@ from exporter.model.kube import LEASE_NAMESPACE
 from exporter.model.rfc3339 import format_micro_time
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
 from exporter.model.runtime import SandboxState
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.kube_apiserver import AGENT, LocalKubeAPIServer
-from nodesync_sim.runtime_pods import ContainerSpec, run_pod
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.kube_apiserver import AGENT, LocalKubeAPIServer
+from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 from tests.agent.settings import agent_settings
 from tests.metrics.exposition import labels, series
 from tests.support.kubeapi import KubeCleanup

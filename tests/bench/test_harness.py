@@ -16,7 +16,7 @@ from bench.harness.rates import write_rates
 from bench.harness.readiness import wait_http, wait_port
 from bench.harness.samplers import CounterSample, cpu_seconds, peak_rss_bytes, rss_bytes
 from bench.harness.stats import percentile, summary_ms
-from nodesync_sim.process import ChildProcess, ChildProcessFailed, free_port
+from nodesync_sim.real.process import ChildProcess, ChildProcessFailed, free_port
 
 
 def test_a_child_imports_this_trees_code_from_anywhere(

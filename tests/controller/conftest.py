@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry
 from exporter.controller.app import make_app
 from exporter.controller.settings import ControllerSettings
 from exporter.model.rfc3339 import format_micro_time, format_time
-from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.store import Store
+from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.fake.apiserver.store import Store
 from tests.controller.builders import T0
 from tests.metrics.exposition import series
 

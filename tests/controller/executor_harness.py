@@ -43,8 +43,8 @@ from exporter.model.rollback import (
     Phase,
 )
 from exporter.settings.declare import changed
-from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.store import Store
+from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.fake.apiserver.store import Store
 
 DAY = 86_400.0
 #: When the test alerts began firing (one value, so that every copy is the same episode).

@@ -24,7 +24,7 @@ from exporter.kube.config import ConfigError, token_configuration
 from exporter.kube.resources import NODES
 from exporter.metrics.nodes import NodeCollectors
 from exporter.model.waves import time_wave_id
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 from tests.controller.builders import T0
 from tests.controller.conftest import (
     LEASES,

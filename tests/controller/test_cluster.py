@@ -27,8 +27,8 @@ from exporter.model.guards import correlated_failure
 from exporter.model.health import counts
 from exporter.model.rfc3339 import format_micro_time, format_time
 from exporter.settings.policy import default_policy
-from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.store import Store
+from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.fake.apiserver.store import Store
 from tests.controller.builders import T0
 from tests.controller.conftest import LEASES, SimClock
 from tests.metrics.node_reference import reference_text

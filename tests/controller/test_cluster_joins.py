@@ -17,7 +17,7 @@ from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.metrics.nodes import NodeCollectors
 from exporter.model.joins import JoinPolicy
 from exporter.model.rfc3339 import format_micro_time, format_time
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 from tests.controller.builders import T0
 from tests.controller.conftest import LEASES, SimClock
 from tests.metrics.exposition import render, series

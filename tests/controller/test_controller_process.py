@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from aiohttp import ClientError, ClientSession
 
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 from tests.controller.alert_builders import alert, body
 from tests.controller.webhook_support import AUTH, TOKEN
 from tests.metrics.exposition import labels, series

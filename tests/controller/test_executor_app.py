@@ -21,7 +21,7 @@ from exporter.controller.wiring import rollback_extensions
 from exporter.kube.noderollbacks import node_rollback
 from exporter.model.rollback import Phase
 from exporter.settings.declare import changed
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 from tests.controller.alert_builders import alert as am_alert
 from tests.controller.alert_builders import body
 from tests.controller.conftest import AiohttpClient, Client, SimClock, scrape

@@ -17,7 +17,7 @@ from exporter.controller.keys import CLUSTER
 from exporter.controller.plan_command import run
 from exporter.controller.settings import ControllerSettings, PlanSettings
 from exporter.settings.server import ServerSettings
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 from tests.controller.conftest import eventually
 from tests.controller.served_hook import ServedHook, intake, served_hook
 from tests.controller.test_webhook_hardening import _post

@@ -14,7 +14,7 @@ import pytest
 from exporter.commandline import parse_settings
 from exporter.controller.plan_command import run
 from exporter.controller.settings import PlanSettings
-from nodesync_sim.apiserver import APIServer, write_kubeconfig
+from nodesync_sim.fake.apiserver import APIServer, write_kubeconfig
 from tests.controller.alert_builders import alert, body
 from tests.controller.executor_harness import STARTED, lease_object, node_object, pod_object
 

@@ -18,7 +18,11 @@ from exporter.kube.convert import lease_info
 from exporter.kube.leader import LeaderElector
 from exporter.model.kube import LEASE_NAMESPACE
 from exporter.model.rfc3339 import format_micro_time
-from nodesync_sim.kube_apiserver import CONTROLLER, SERVICE_ACCOUNT_NAMESPACE, LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import (
+    CONTROLLER,
+    SERVICE_ACCOUNT_NAMESPACE,
+    LocalKubeAPIServer,
+)
 from tests.support.realkube import (
     CONTROLLER_RBAC,
     LEADER_ELECTION_RBAC,

@@ -30,7 +30,7 @@ from exporter.controller.settings import ControllerSettings, ExecutorSettings, W
 from exporter.controller.wiring import rollback_extensions
 from exporter.model.rfc3339 import parse_time
 from exporter.settings.declare import changed
-from nodesync_sim.kube_apiserver import ADMIN, LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import ADMIN, LocalKubeAPIServer
 from tests.controller.executor_harness import node_object
 from tests.support.controllers import NODEROLLBACKS, alert, payload
 from tests.support.kubeapi import KubeCleanup

@@ -60,8 +60,8 @@ from exporter.model.rollback_state import (
     start_step,
 )
 from exporter.settings.declare import changed
-from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.store import Store
+from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.fake.apiserver.store import Store
 from tests.controller.executor_harness import node_object, pod_object
 
 NODE = "worker-1"

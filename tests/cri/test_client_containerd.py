@@ -13,8 +13,8 @@ from exporter.cri.client import CRIClient
 from exporter.cri.errors import NotFound, RuntimeTimeout, RuntimeUnavailable
 from exporter.cri.snapshot import RuntimeReader
 from exporter.model.runtime import ContainerState, SandboxState
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.runtime_pods import (
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.runtime_pods import (
     ContainerSpec,
     MixedPod,
     Pod,

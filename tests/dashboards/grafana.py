@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodesync_sim.prometheus import LocalPrometheus, QueryError
+from nodesync_sim.real.prometheus import LocalPrometheus, QueryError
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS_DIR = ROOT / "dashboards"

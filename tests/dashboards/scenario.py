@@ -10,7 +10,7 @@ The cluster (times relative to the start):
 - ``node-a``: the healthy node of wave ``wave-7`` (joined 5 min ago, Ready), with the agent on a
   real containerd. The API server binds pods to it: ``web`` (runs: reported Running once
   containerd runs it, its node's first workload pod), ``mixed`` (runs the four
-  containers of :class:`~nodesync_sim.runtime_pods.MixedPod`; the API reports a crash-looping
+  containers of :class:`~nodesync_sim.real.runtime_pods.MixedPod`; the API reports a crash-looping
   container), ``stuck`` (Pending for 5 min, no sandbox: missing-sandbox drift). containerd also
   runs ``gone``, a pod the API does not know (orphan-sandbox drift), and kubelet's pods dir holds
   a directory nobody knows (kubelet-only drift). The OOM container is restarted twice (an OOM
@@ -54,11 +54,11 @@ from exporter.metrics.nodes import NodeCollectors
 from exporter.model.joins import JoinPolicy
 from exporter.model.rfc3339 import format_micro_time, format_time
 from exporter.model.runtime import ContainerState
-from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.store import Store
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
-from nodesync_sim.runtime_pods import (
+from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.fake.apiserver.store import Store
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.prometheus import LocalAlertmanager, LocalPrometheus
+from nodesync_sim.real.runtime_pods import (
     ContainerSpec,
     MixedPod,
     restart_container,

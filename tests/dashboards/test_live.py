@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nodesync_sim.containerd import missing_binaries as missing_containerd_binaries
+from nodesync_sim.real.containerd import missing_binaries as missing_containerd_binaries
 from tests.dashboards.grafana import (
     Query,
     dashboard_files,

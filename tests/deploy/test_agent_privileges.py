@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from nodesync_sim.containerd import LocalContainerd
+from nodesync_sim.real.containerd import LocalContainerd
 from tests.deploy.manifests import BASE, build, one
 
 pytestmark = pytest.mark.containerd

@@ -31,8 +31,8 @@ import pytest
 
 from exporter import __version__
 from exporter.cri.pb import api_pb2, api_pb2_grpc
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.process import free_port
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.process import free_port
 from tests.deploy.manifests import BASE, ROOT, build, one
 from tests.support.controllers import until
 

@@ -1,4 +1,4 @@
-"""Running the local chain (nodesync_sim.chain) in a test: start it from a scenario file, poll
+"""Running the local chain (nodesync_sim.demo.chain) in a test: start it from a scenario file, poll
 conditions with deadlines, read the controller's metrics and the real containerd, and measure how
 long nodesync took from a node failing to its rollback starting."""
 
@@ -19,12 +19,12 @@ import aiohttp
 import pytest
 
 from exporter.cri.client import CRIClient
-from nodesync_sim.chain import CONTROLLER_USER, Chain
-from nodesync_sim.containerd import missing_binaries as missing_containerd
-from nodesync_sim.prometheus import missing_binaries as missing_prometheus
-from nodesync_sim.scaleout import timeline
-from nodesync_sim.scaleout.scenario import Scenario
-from nodesync_sim.scaleout.scenario_file import load
+from nodesync_sim.demo.chain import CONTROLLER_USER, Chain
+from nodesync_sim.fake.scaleout import timeline
+from nodesync_sim.fake.scaleout.scenario import Scenario
+from nodesync_sim.fake.scaleout.scenario_file import load
+from nodesync_sim.real.containerd import missing_binaries as missing_containerd
+from nodesync_sim.real.prometheus import missing_binaries as missing_prometheus
 from tests.metrics.exposition import series
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from nodesync_sim.chain import Chain
-from nodesync_sim.prometheus import LocalAlertmanager
+from nodesync_sim.demo.chain import Chain
+from nodesync_sim.real.prometheus import LocalAlertmanager
 from tests.e2e.chainrun import controller_value, events, eventually, running, scenario
 
 pytestmark = [pytest.mark.prometheus]

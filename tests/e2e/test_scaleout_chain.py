@@ -10,8 +10,8 @@ import pytest
 
 from exporter.model.cleanup import CleanupStatus, Remaining
 from exporter.model.rollback import CLEANUP_STATUS_ANNOTATION
-from nodesync_sim.chain import AGENT_USER, SIM_USER, Chain
-from nodesync_sim.scaleout import timeline
+from nodesync_sim.demo.chain import AGENT_USER, SIM_USER, Chain
+from nodesync_sim.fake.scaleout import timeline
 from tests.e2e.chainrun import (
     acceptance_budget,
     alert_for,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodesync_sim.library import report, run_scenario
-from nodesync_sim.prometheus import missing_binaries
+from nodesync_sim.demo.library import report, run_scenario
+from nodesync_sim.real.prometheus import missing_binaries
 from tests.e2e.chainrun import scenario
 
 pytestmark = [pytest.mark.prometheus]

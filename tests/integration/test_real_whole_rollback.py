@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from exporter.cri.client import CRIClient
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.kube_apiserver import ADMIN, AGENT, CONTROLLER, LocalKubeAPIServer
-from nodesync_sim.runtime_pods import ContainerSpec, run_pod
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.kube_apiserver import ADMIN, AGENT, CONTROLLER, LocalKubeAPIServer
+from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 from tests.support.controllers import (
     NODE_ROLLBACK_EVENTS,
     ROLLBACK_ARGS,

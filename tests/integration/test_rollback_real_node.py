@@ -26,9 +26,9 @@ from exporter.controller.wiring import rollback_extensions
 from exporter.cri.client import CRIClient
 from exporter.model.alerts import Alert
 from exporter.settings.declare import changed
-from nodesync_sim.apiserver.server import APIServer
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.runtime_pods import ContainerSpec, run_pod
+from nodesync_sim.fake.apiserver.server import APIServer
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 from tests.agent.settings import agent_settings
 from tests.controller.alert_builders import body
 from tests.controller.conftest import eventually

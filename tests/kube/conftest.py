@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from exporter.kube.api import KubeAPI
 from exporter.kube.informer import Informer, InformerTiming
 from exporter.metrics.kube_requests import KubeRequestMetrics
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 
 T = TypeVar("T")
 

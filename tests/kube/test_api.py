@@ -20,7 +20,7 @@ from exporter.kube.errors import (
     Unreachable,
 )
 from exporter.metrics.kube_requests import KubeRequestMetrics
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 from tests.kube.conftest import sample
 
 ERRORS = "nodesync_kube_request_errors_total"

@@ -18,8 +18,8 @@ from exporter.kube.config import (
     token_configuration,
 )
 from exporter.kube.errors import Unauthorized
-from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.server import kubeconfig_document
+from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.fake.apiserver.server import kubeconfig_document
 
 
 async def test_kubeconfig_file_reaches_the_server(server: APIServer, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from exporter.kube.errors import ServerError, Unauthorized, Unreachable
 from exporter.kube.informer import Informer
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo, PodInfo
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 from tests.kube.conftest import FAST, Recorder, eventually, running, sample
 
 ERRORS = "nodesync_kube_request_errors_total"

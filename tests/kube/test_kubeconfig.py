@@ -31,7 +31,7 @@ from exporter.kube.config import (
 from exporter.kube.errors import Unauthorized, Unreachable
 from exporter.kube.kubeconfig import TokenFile
 from exporter.model.rfc3339 import format_time
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
 

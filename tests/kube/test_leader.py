@@ -13,7 +13,7 @@ import pytest
 
 from exporter.kube.api import KubeAPI
 from exporter.kube.leader import LeaderElector
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 from tests.kube.conftest import eventually
 
 NAMESPACE = "kube-system"

@@ -26,7 +26,7 @@ from exporter.kube.informer import Informer, InformerTiming
 from exporter.kube.resources import LEASES, NODES
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from exporter.model.kube import NodeInfo
-from nodesync_sim.kube_apiserver import ADMIN, LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import ADMIN, LocalKubeAPIServer
 from tests.kube.conftest import Recorder, running, sample
 from tests.support.kubeapi import KubeCleanup
 from tests.support.realkube import (

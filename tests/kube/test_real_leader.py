@@ -16,7 +16,11 @@ import pytest
 
 from exporter.kube.leader import LeaderElector
 from exporter.model.rfc3339 import parse_time
-from nodesync_sim.kube_apiserver import CONTROLLER, SERVICE_ACCOUNT_NAMESPACE, LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import (
+    CONTROLLER,
+    SERVICE_ACCOUNT_NAMESPACE,
+    LocalKubeAPIServer,
+)
 from tests.support.kubeapi import delete_namespace
 from tests.support.realkube import (
     LEADER_ELECTION_RBAC,

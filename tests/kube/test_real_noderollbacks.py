@@ -23,7 +23,7 @@ from exporter.model.rollback_state import (
     start_step,
     wait_step,
 )
-from nodesync_sim.kube_apiserver import ADMIN, LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import ADMIN, LocalKubeAPIServer
 from tests.kube.test_noderollbacks import T, rollback
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(120)]

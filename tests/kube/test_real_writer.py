@@ -20,7 +20,7 @@ from exporter.kube.config import kubeconfig_configuration
 from exporter.kube.resources import Resource
 from exporter.kube.writer import KubeWriter, event_name
 from exporter.model.kube import TAINT_NODESYNC, Taint
-from nodesync_sim.kube_apiserver import ADMIN, CONTROLLER, LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import ADMIN, CONTROLLER, LocalKubeAPIServer
 from tests.support.kubeapi import KubeCleanup
 from tests.support.realkube import (
     CONTROLLER_RBAC,

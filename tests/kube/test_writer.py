@@ -17,7 +17,7 @@ from exporter.kube.resources import Resource
 from exporter.kube.writer import AsyncRateLimiter, KubeWriter, event_name
 from exporter.model.kube import TAINT_NODESYNC, Taint
 from exporter.model.ratelimit import TokenBucket
-from nodesync_sim.apiserver import APIServer
+from nodesync_sim.fake.apiserver import APIServer
 
 NODE = "node-a"
 ROLLBACK = Taint(TAINT_NODESYNC, "NoSchedule")

@@ -37,11 +37,11 @@ from exporter.kube.noderollbacks import node_rollback
 from exporter.model.cleanup import CleanupState, CleanupStatus
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION, Phase
 from exporter.settings.declare import build, changed
-from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.rbac import Permission, RBACAuthorizer, service_account
-from nodesync_sim.apiserver.server import write_kubeconfig
-from nodesync_sim.containerd import LocalContainerd
-from nodesync_sim.runtime_pods import ContainerSpec, run_pod
+from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.fake.apiserver.rbac import Permission, RBACAuthorizer, service_account
+from nodesync_sim.fake.apiserver.server import write_kubeconfig
+from nodesync_sim.real.containerd import LocalContainerd
+from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 from tests.controller.alert_builders import alert, body
 from tests.deploy.commandline import parse_container
 from tests.deploy.manifests import (

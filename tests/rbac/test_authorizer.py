@@ -9,8 +9,8 @@ import pytest
 from kubernetes.aio import client as aio_client
 from kubernetes.aio.client.exceptions import ApiException
 
-from nodesync_sim.apiserver import APIServer
-from nodesync_sim.apiserver.rbac import (
+from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.fake.apiserver.rbac import (
     Permission,
     RBACAuthorizer,
     RBACError,

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from nodesync_sim.apiserver.rbac import Permission
+from nodesync_sim.fake.apiserver.rbac import Permission
 from tests.deploy.manifests import ROOT
 from tests.rbac.harness import AGENT, CONTROLLER, PROMETHEUS, shipped_rbac
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from exporter.cri.client import CRIClient
-from nodesync_sim.apiserver.rbac import Permission, RBACAuthorizer
-from nodesync_sim.containerd import LocalContainerd
+from nodesync_sim.fake.apiserver.rbac import Permission, RBACAuthorizer
+from nodesync_sim.real.containerd import LocalContainerd
 from tests.controller.executor_harness import Agent as StandInAgent
 from tests.deploy.manifests import NAMESPACE, one
 from tests.metrics.exposition import labels, series

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from nodesync_sim.containerd import IMAGE_REF
-from nodesync_sim.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
+from nodesync_sim.real.containerd import IMAGE_REF
+from nodesync_sim.real.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
 from tests.support.controllers import until
 from tests.support.kubeapi import create_namespace, delete_namespace

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nodesync_sim.containerd import LocalContainerd, missing_binaries, release_of
+from nodesync_sim.real.containerd import LocalContainerd, missing_binaries, release_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-containerd"

@@ -42,8 +42,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.model.rfc3339 import format_micro_time, format_time
-from nodesync_sim.kube_apiserver import CONTROLLER, LocalKubeAPIServer
-from nodesync_sim.process import ChildProcess, free_port
+from nodesync_sim.real.kube_apiserver import CONTROLLER, LocalKubeAPIServer
+from nodesync_sim.real.process import ChildProcess, free_port
 from tests.support.kubeapi import REPO_ROOT, create_namespace, delete_namespace
 from tests.support.kubeproxy import KubeProxy, Predicate, ProxiedRequest
 

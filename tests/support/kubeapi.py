@@ -1,4 +1,4 @@
-"""pytest plugin: a real kube-apiserver with etcd (nodesync_sim.kube_apiserver) for the tests.
+"""pytest plugin: a real kube-apiserver with etcd (nodesync_sim.real.kube_apiserver) for the tests.
 
 Fixtures:
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from nodesync_sim.kube_apiserver import LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import LocalKubeAPIServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-kube-apiserver"

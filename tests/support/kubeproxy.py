@@ -34,7 +34,7 @@ from urllib.parse import parse_qs
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
-from nodesync_sim.kube_apiserver import LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import LocalKubeAPIServer
 
 _HOP_BY_HOP = frozenset(
     {

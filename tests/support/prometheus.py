@@ -4,7 +4,7 @@ Fixtures:
 
 - ``promtool``: the path of promtool.
 - ``prometheus_factory``: ``make(scrape_configs, rule_files=(), **kwargs) -> LocalPrometheus``,
-  started (keyword arguments as :class:`~nodesync_sim.prometheus.LocalPrometheus`).
+  started (keyword arguments as :class:`~nodesync_sim.real.prometheus.LocalPrometheus`).
 - ``alertmanager_factory``: ``make(config_yaml) -> LocalAlertmanager``, started.
 
 Everything a factory started is stopped by PID and its directory removed after the test, then
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus, missing_binaries
+from nodesync_sim.real.prometheus import LocalAlertmanager, LocalPrometheus, missing_binaries
 
 PrometheusFactory = Callable[..., LocalPrometheus]
 AlertmanagerFactory = Callable[[str], LocalAlertmanager]

@@ -11,7 +11,7 @@ Fixture ``realchain`` (session): one :class:`RealChain`, started once and reused
 - a ``nodesync controller`` process (python -m exporter controller);
 - a real Alertmanager with the shipped route (deploy/alertmanager/alertmanager.yml) delivering to
   the controller's webhook, and a real Prometheus with the shipped rules (rules/), both copies
-  changed only through the documented overrides (nodesync_sim.scaleout.overrides: thresholds,
+  changed only through the documented overrides (nodesync_sim.fake.scaleout.overrides: thresholds,
   ``for:`` and the route's timers);
 - real nodes joining during a test (:meth:`RealChain.join`, a wave: each a kubelet with its own
   containerd in its own mount namespace, and a ``nodesync agent`` process in that namespace
@@ -37,16 +37,16 @@ from typing import Any
 
 import pytest
 
-from nodesync_sim.chain import SHIPPED_ALERTMANAGER, SHIPPED_RULES
-from nodesync_sim.containerd import missing_binaries
-from nodesync_sim.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
-from nodesync_sim.process import ChildProcess, free_port
-from nodesync_sim.prometheus import LocalAlertmanager, LocalPrometheus
+from nodesync_sim.demo.chain import SHIPPED_ALERTMANAGER, SHIPPED_RULES
+from nodesync_sim.fake.scaleout.overrides import alertmanager_config, rewrite_rules
+from nodesync_sim.fake.scaleout.scenario import AlertmanagerSpec, RuleOverrides
 from nodesync_sim.real.cluster import RealCluster
+from nodesync_sim.real.containerd import missing_binaries
 from nodesync_sim.real.control_plane import Binaries
+from nodesync_sim.real.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.node import CNI_BIN_DIR, RealNode
-from nodesync_sim.scaleout.overrides import alertmanager_config, rewrite_rules
-from nodesync_sim.scaleout.scenario import AlertmanagerSpec, RuleOverrides
+from nodesync_sim.real.process import ChildProcess, free_port
+from nodesync_sim.real.prometheus import LocalAlertmanager, LocalPrometheus
 from tests.support.kubeapi import SETUP_SCRIPT, find_binaries, install_crd
 from tests.support.realkube import (
     AGENT_RBAC,

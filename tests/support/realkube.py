@@ -20,7 +20,7 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
 from exporter.kube.observer import RequestObserver
 from exporter.model.rfc3339 import parse_time
-from nodesync_sim.kube_apiserver import ADMIN, LocalKubeAPIServer
+from nodesync_sim.real.kube_apiserver import ADMIN, LocalKubeAPIServer
 from tests.support.kubeapi import KubeCleanup
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
