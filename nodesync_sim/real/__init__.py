@@ -1,7 +1,13 @@
-"""A real Kubernetes cluster on one machine: control plane and real nodes.
+"""The real wing: launchers of the real binaries on this machine, each a child process stopped
+by its PID (:mod:`.process`, the one process module), and a real Kubernetes cluster built of them.
 
+- :mod:`.process`: child processes started and stopped the same way everywhere;
+- :mod:`.containerd`: a private containerd (CRI v1); :mod:`.runtime_pods`: pods and containers
+  on it, created the way kubelet would;
+- :mod:`.prometheus`: a private Prometheus and Alertmanager;
+- :mod:`.kube_apiserver`: etcd and a kube-apiserver on loopback;
 - :mod:`.pki`: a client CA and certificates made with openssl;
-- :mod:`.control_plane`: etcd and kube-apiserver (nodesync_sim.real.kube_apiserver, with the Node and
+- :mod:`.control_plane`: etcd and kube-apiserver (:mod:`.kube_apiserver`, with the Node and
   RBAC authorizers, NodeRestriction and the client CA), kube-controller-manager and
   kube-scheduler;
 - :mod:`.namespace`: a private mount namespace that hides what a kubelet would change on the
@@ -10,6 +16,6 @@
   certificate;
 - :mod:`.cluster`: all of it together, nodes joining and leaving.
 
-Every process is a child (nodesync_sim.real.process), stopped by its PID; everything is removed again,
-and :meth:`~.cluster.RealCluster.leftovers` says what was not.
+Everything is removed again, and :meth:`~.cluster.RealCluster.leftovers` says what was not.
+Nothing here imports the fake or the demo wing.
 """

@@ -27,6 +27,8 @@ BREAKS = {
         "exporter/controller/executor.py",
         "import exporter.controller.webhook",
     ),
+    "sim-wings": ("nodesync_sim/fake/scaleout/simulator.py", "import nodesync_sim.demo.chain"),
+    "real-without-fakes": ("nodesync_sim/real/process.py", "import nodesync_sim.fake.apiserver"),
 }
 
 
