@@ -2,8 +2,8 @@
 
 A scenario is a JSON object (see docs/simulator.md for every key). Times are seconds from the
 scenario's start, when the simulator begins its waves. The sections below are msgspec structs
-that a scenario file decodes into (nodesync_sim.fake.scaleout.scenario_file): an unknown key, a value
-of the wrong type or out of range, is refused with the JSON path of the key
+that a scenario file decodes into (nodesync_sim.fake.scaleout.scenario_file): an unknown key, a
+value of the wrong type or out of range, is refused with the JSON path of the key
 (``$.waves[0].faults[1].share: expected `float` <= 1.0``), so a typo never silently changes a
 rehearsal.
 
