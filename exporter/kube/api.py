@@ -24,12 +24,15 @@ from typing import Any, TypeAlias
 from urllib.parse import quote
 
 import aiohttp
+import msgspec
 
 from exporter import __version__
 from exporter.kube.config import ClientConfiguration, authorization, ssl_context
 from exporter.kube.errors import InvalidResponse, KubeError, from_status, translate
+from exporter.kube.objects import WatchLine
 from exporter.kube.observer import RequestObserver, code_label
 from exporter.kube.resources import Resource
+from exporter.model.codec import error_message
 
 JSONObject = dict[str, Any]
 
@@ -40,6 +43,7 @@ _POOL_SIZE = 100
 #: A watch event can exceed aiohttp's default read buffer (as the kubernetes client sets it).
 _READ_BUFFER = 1 << 21
 _USER_AGENT = f"nodesync/{__version__}"
+_WATCH_LINE = msgspec.json.Decoder(WatchLine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,18 +257,16 @@ class KubeAPI:
         self, line: bytes, resource: Resource, started: float, obs: RequestObserver | None
     ) -> WatchEvent:
         try:
-            raw = json.loads(line)
-        except ValueError as exc:
+            raw = _WATCH_LINE.decode(line)
+        except msgspec.ValidationError as exc:
+            err = InvalidResponse(200, "InvalidResponse", f"watch event: {error_message(exc)}")
+            _report(obs, resource, "watch", started, code_label(err))
+            raise err from exc
+        except msgspec.DecodeError as exc:
             err = InvalidResponse(200, "InvalidResponse", f"watch line is not JSON: {exc}")
             _report(obs, resource, "watch", started, code_label(err))
             raise err from exc
-        kind = raw.get("type") if isinstance(raw, dict) else None
-        obj = raw.get("object") if isinstance(raw, dict) else None
-        if not isinstance(kind, str) or not isinstance(obj, dict):
-            err = InvalidResponse(200, "InvalidResponse", "watch event without type or object")
-            _report(obs, resource, "watch", started, code_label(err))
-            raise err
-        event = WatchEvent(kind, obj)
+        event = WatchEvent(raw.type, raw.object)
         failure = event.error()
         if failure is not None:
             _report(obs, resource, "watch", started, code_label(failure))

@@ -7,10 +7,13 @@ from the HTTP status code and the Status ``reason`` only, never from message tex
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+import msgspec
+
+from exporter.kube.objects import Status
 
 #: The ``code`` of errors that never reached an HTTP answer (connection refused, timeout).
 CODE_UNREACHABLE = 0
@@ -151,6 +154,22 @@ def _retry_after_header(headers: Mapping[str, str] | None) -> float | None:
     return seconds if seconds >= 0 else None
 
 
+_NO_STATUS = Status()
+_STATUS = msgspec.json.Decoder(Status)
+
+
+def _status(body: bytes | str | Mapping[str, Any] | None) -> Status:
+    """The Status a body holds; an empty one for a body that is not a Status."""
+    try:
+        if isinstance(body, bytes | str):
+            return _STATUS.decode(body) if body else _NO_STATUS
+        if isinstance(body, Mapping):
+            return msgspec.convert(dict(body), Status)
+    except msgspec.DecodeError:  # a ValidationError is one too
+        pass
+    return _NO_STATUS
+
+
 def from_status(
     code: int,
     body: bytes | str | Mapping[str, Any] | None,
@@ -163,37 +182,18 @@ def from_status(
     The Status' own ``code`` and ``reason`` win over the HTTP line (a watch ERROR event is
     carried by an HTTP 200); a body that is not a Status leaves the HTTP status in charge.
     """
-    status: Mapping[str, Any] = {}
-    if isinstance(body, bytes | str):
-        try:
-            parsed = json.loads(body) if body else None
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            status = parsed
-    elif isinstance(body, Mapping):
-        status = body
-    status_code = status.get("code")
-    if isinstance(status_code, int) and not isinstance(status_code, bool) and status_code > 0:
-        code = status_code
-    reason = status.get("reason")
-    if not isinstance(reason, str) or not reason:
-        reason = http_reason or "Unknown"
-    message = status.get("message")
-    if not isinstance(message, str):
-        message = ""
-    details = status.get("details")
+    status = _status(body)
+    if status.code is not None and status.code > 0:
+        code = status.code
+    reason = status.reason or http_reason or "Unknown"
     retry_after = _retry_after_header(headers)
     causes: tuple[str, ...] = ()
-    if isinstance(details, dict):
-        seconds = details.get("retryAfterSeconds")
-        if retry_after is None and isinstance(seconds, int | float) and seconds >= 0:
+    if status.details is not None:
+        seconds = status.details.retry_after_seconds
+        if retry_after is None and seconds is not None:
             retry_after = float(seconds)
-        raw_causes = details.get("causes")
-        if isinstance(raw_causes, list):
-            causes = tuple(
-                str(c["reason"]) for c in raw_causes if isinstance(c, dict) and c.get("reason")
-            )
+        causes = tuple(c.reason for c in status.details.causes or () if c.reason)
+    message = status.message or ""
     return error_class(code, reason)(code, reason, message, retry_after=retry_after, causes=causes)
 
 

@@ -27,10 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from exporter.kube.api import JSONObject, KubeAPI
-from exporter.kube.errors import Conflict, KubeError, NotFound
+from exporter.kube.errors import Conflict, InvalidResponse, KubeError, NotFound
+from exporter.kube.objects import LeaseSpec
 from exporter.kube.observer import CODE_LABEL_TIMEOUT, code_label
 from exporter.kube.resources import LEASES
+from exporter.model.codec import error_message
 from exporter.model.rfc3339 import format_micro_time
 
 log = logging.getLogger(__name__)
@@ -49,23 +53,18 @@ class LeaderRecord:
 
     @classmethod
     def of(cls, lease: JSONObject) -> LeaderRecord:
-        spec = lease.get("spec")
-        spec = spec if isinstance(spec, dict) else {}
-
-        def text(key: str) -> str:
-            value = spec.get(key)
-            return value if isinstance(value, str) else ""
-
-        def number(key: str) -> int:
-            value = spec.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
+        """The record of a Lease; InvalidResponse when its spec does not have the Lease's
+        types."""
+        try:
+            spec = msgspec.convert(lease.get("spec") or {}, LeaseSpec)
+        except msgspec.ValidationError as exc:
+            raise InvalidResponse(200, "InvalidResponse", error_message(exc, "$.spec")) from exc
         return cls(
-            holder=text("holderIdentity"),
-            lease_duration_seconds=number("leaseDurationSeconds"),
-            acquire_time=text("acquireTime"),
-            renew_time=text("renewTime"),
-            transitions=number("leaseTransitions"),
+            holder=spec.holder_identity or "",
+            lease_duration_seconds=spec.lease_duration_seconds or 0,
+            acquire_time=spec.acquire_time or "",
+            renew_time=spec.renew_time or "",
+            transitions=spec.lease_transitions or 0,
         )
 
     def spec(self) -> JSONObject:

@@ -1,7 +1,8 @@
 """The Node, Lease and Pod as nodesync reads them: msgspec structs of the fields its
 converters (exporter.kube.convert) read, camelCase on the wire, unknown fields ignored, ``null``
 read as absent wherever the API server may omit a field. To read one more field of an object:
-one line here, one in its converter."""
+one line here, one in its converter. Also the API's envelopes: the Status of a failed call and
+a watch event's line."""
 
 from __future__ import annotations
 
@@ -71,7 +72,9 @@ class Node(ApiStruct, frozen=True, gc=False):
 class LeaseSpec(ApiStruct, frozen=True, gc=False):
     holder_identity: str | None = None
     lease_duration_seconds: int | None = None
+    acquire_time: str | None = None
     renew_time: str | None = None
+    lease_transitions: int | None = None
 
 
 class Lease(ApiStruct, frozen=True, gc=False):
@@ -134,3 +137,28 @@ class Pod(ApiStruct, frozen=True, gc=False):
     metadata: NamespacedMeta
     spec: PodSpec | None = None
     status: PodStatus | None = None
+
+
+class StatusCause(ApiStruct, frozen=True, gc=False):
+    reason: str | None = None
+
+
+class StatusDetails(ApiStruct, frozen=True, gc=False):
+    retry_after_seconds: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    causes: list[StatusCause] | None = None
+
+
+class Status(ApiStruct, frozen=True, gc=False):
+    """The body of a failed call, and the object of a watch's ERROR event."""
+
+    code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    details: StatusDetails | None = None
+
+
+class WatchLine(ApiStruct, frozen=True, gc=False):
+    """One line of a watch: the event's type and its object, left as JSON for the informer."""
+
+    type: Annotated[str, msgspec.Meta(min_length=1)]
+    object: dict[str, Any]

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from exporter.kube.api import KubeAPI
-from exporter.kube.leader import LeaderElector
+from exporter.kube.errors import InvalidResponse
+from exporter.kube.leader import LeaderElector, LeaderRecord
 from nodesync_sim.fake.apiserver import APIServer
 from tests.kube.conftest import eventually
 
@@ -228,3 +229,10 @@ def test_rejects_inconsistent_times(api: KubeAPI, times: dict[str, float]) -> No
 def test_needs_an_identity(api: KubeAPI) -> None:
     with pytest.raises(ValueError, match="identity"):
         elector(api, "")
+
+
+def test_a_lease_spec_of_other_types_is_an_invalid_response() -> None:
+    with pytest.raises(InvalidResponse, match=r"\$\.spec\.leaseTransitions: expected `int"):
+        LeaderRecord.of({"spec": {"holderIdentity": "a", "leaseTransitions": "2"}})
+    record = LeaderRecord.of({"spec": {"holderIdentity": "a", "renewTime": None}})
+    assert (record.holder, record.renew_time, record.transitions) == ("a", "", 0)

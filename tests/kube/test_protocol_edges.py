@@ -125,11 +125,19 @@ async def test_a_body_that_is_not_json_is_an_invalid_response(
                   code="invalid_response") == 1  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param(b"{not json\n", id="not JSON"),
+        pytest.param(b'{"type": "ADDED", "object": [1]}\n', id="an object that is not one"),
+        pytest.param(b'{"object": {}}\n', id="no type"),
+    ],
+)
 async def test_a_broken_watch_line_is_retried_from_the_last_version(
-    stub: StubAPI, stub_api: KubeAPI, registry: CollectorRegistry
+    stub: StubAPI, stub_api: KubeAPI, registry: CollectorRegistry, broken: bytes
 ) -> None:
     added = {"type": "ADDED", "object": node("n3", "6")}
-    stub.watch_lines = [json.dumps(added).encode() + b"\n", b"{not json\n"]
+    stub.watch_lines = [json.dumps(added).encode() + b"\n", broken]
     informer = Informer(stub_api, resources.NODES, node_info, timing=FAST)
     async with running(informer):
         await eventually(lambda: len(stub.watch_requests) >= 4, "watches after the broken one")
