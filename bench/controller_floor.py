@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 
 from bench.harness.serving import serve_until_signalled
-from exporter.yamlfile import load_file
+from nodesync_sim.yamlfile import load_file
 
 NODES = "/api/v1/nodes?resourceVersion=0"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases?resourceVersion=0"

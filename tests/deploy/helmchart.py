@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from exporter.yamlfile import loads_all
+from nodesync_sim.yamlfile import loads_all
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -20,7 +20,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from exporter.yamlfile import load_file
+from nodesync_sim.yamlfile import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "rules"

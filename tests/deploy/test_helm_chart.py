@@ -13,7 +13,7 @@ import helm_python as helm
 import pytest
 
 from exporter import __version__
-from exporter.yamlfile import loads_all
+from nodesync_sim.yamlfile import loads_all
 from tests.deploy import helmchart
 from tests.deploy.helmchart import (
     BASE,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from exporter.yamlfile import load_file, loads
+from nodesync_sim.yamlfile import load_file, loads
 from tests.deploy import prometheusrule
 from tests.deploy.manifests import COMPONENTS, OVERLAYS, ROOT, Obj, build, one
 from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, load, markdown_anchors

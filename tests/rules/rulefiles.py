@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from exporter.yamlfile import load_file
+from nodesync_sim.yamlfile import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "rules"

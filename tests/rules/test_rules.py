@@ -75,7 +75,7 @@ def test_promtool_unit_tests_pass(path: Path) -> None:
 
 @pytest.mark.prometheus
 def test_the_structural_reader_reads_what_promtool_reads(tmp_path: Path) -> None:
-    """Every rule and test file, read by exporter.yamlfile and written back as JSON (which
+    """Every rule and test file, read by nodesync_sim.yamlfile and written back as JSON (which
     is YAML), passes promtool exactly like the original: the reader drops or changes nothing
     that matters."""
     promtool = binary("promtool")

@@ -1,6 +1,6 @@
 """Copies of the shipped rules and Alertmanager configuration with a scenario's settings.
 
-The shipped files are never edited. Each is read as YAML (exporter.yamlfile: duplicate keys are
+The shipped files are never edited. Each is read as YAML (nodesync_sim.yamlfile: duplicate keys are
 errors), changed as a structure, and written as JSON (which is YAML) into a directory of the
 caller's:
 
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from exporter.yamlfile import YAMLError, load_file
 from nodesync_sim.fake.scaleout.scenario import AlertmanagerSpec, RuleOverrides
+from nodesync_sim.yamlfile import YAMLError, load_file
 
 HOOK_RECEIVER: Final = "nodesync-hook"
 THRESHOLD_PREFIX: Final = "nodesync:"

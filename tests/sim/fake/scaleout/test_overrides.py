@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from exporter.yamlfile import loads
 from nodesync_sim.fake.scaleout.overrides import (
     OverrideError,
     alertmanager_config,
@@ -16,6 +15,7 @@ from nodesync_sim.fake.scaleout.overrides import (
     rewrite_rules,
 )
 from nodesync_sim.fake.scaleout.scenario import AlertmanagerSpec, RuleOverrides
+from nodesync_sim.yamlfile import loads
 from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, rule_files, run
 
 pytestmark = pytest.mark.prometheus

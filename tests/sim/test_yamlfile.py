@@ -1,4 +1,4 @@
-"""exporter.yamlfile: PyYAML's safe loader, with duplicate keys refused."""
+"""nodesync_sim.yamlfile: PyYAML's safe loader, with duplicate keys refused."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.yamlfile import YAMLError, load_file, loads, loads_all
+from nodesync_sim.yamlfile import YAMLError, load_file, loads, loads_all
 
 
 def test_a_document_with_every_scalar_style() -> None:
