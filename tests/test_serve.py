@@ -11,7 +11,7 @@ import json
 import logging
 import resource
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -24,6 +24,7 @@ from exporter.serve import Served, connection_cap, harden
 from exporter.serve.lifecycle import bounded_exception_handler
 from exporter.settings.server import ServerSettings
 from tests.metrics.exposition import labels, series
+from tests.support.wait import until_async
 
 FAST = ServerSettings(idle_timeout=0.5, read_timeout=0.5, max_connections=50, shutdown_timeout=1)
 
@@ -81,15 +82,6 @@ async def running() -> AsyncIterator[Running]:
     r = await start()
     yield r
     await r.served.stop()
-
-
-async def until(condition: Callable[[], bool], what: str, within: float = 5.0) -> None:
-    """Poll ``condition`` until it holds; fail the test after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within} s waiting for: {what}")
-        await asyncio.sleep(0.01)
 
 
 async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
@@ -211,7 +203,9 @@ async def test_connections_over_the_cap_are_answered_503_and_closed() -> None:
         # each held connection is one of the server's once it is accepted: wait for that
         server = r.served.runner.server
         assert server is not None
-        await until(lambda: len(server.connections) == 5, "5 connections accepted")
+        await until_async(
+            lambda: len(server.connections) == 5, timeout=5.0, what="5 connections accepted"
+        )
         reader, writer = await connect(r.port)
         status, _, body = answer(await closed_within(reader, 5))
         writer.close()
@@ -219,7 +213,9 @@ async def test_connections_over_the_cap_are_answered_503_and_closed() -> None:
         assert r.refused("too_many_connections") == 1
         _, first = held.pop()
         first.close()
-        await until(lambda: len(server.connections) < 5, "a connection closed")
+        await until_async(
+            lambda: len(server.connections) < 5, timeout=5.0, what="a connection closed"
+        )
         url = f"http://127.0.0.1:{r.port}/healthz"
         async with ClientSession() as session, session.get(url) as response:
             assert response.status == 200
@@ -272,7 +268,7 @@ async def test_shutdown_waits_for_a_request_in_progress(running: Running) -> Non
     await writer.drain()
     server = running.served.runner.server
     assert server is not None
-    await until(lambda: server.requests_count == 1, "the request handled")
+    await until_async(lambda: server.requests_count == 1, timeout=5.0, what="the request handled")
     stopping = asyncio.ensure_future(running.served.stop())
     await asyncio.sleep(0)
     running.finish.set()  # it finishes within the shutdown timeout: answered
@@ -289,7 +285,7 @@ async def test_shutdown_ends_a_half_sent_request_after_the_shutdown_timeout() ->
     await writer.drain()
     server = r.served.runner.server
     assert server is not None
-    await until(lambda: server.requests_count == 1, "the request handled")
+    await until_async(lambda: server.requests_count == 1, timeout=5.0, what="the request handled")
     started = time.monotonic()
     await asyncio.wait_for(r.served.stop(), 10)
     assert time.monotonic() - started < FAST.shutdown_timeout * 2 + 1

@@ -25,10 +25,13 @@ from nodesync_sim.real.containerd import LocalContainerd
 from nodesync_sim.real.runtime_pods import ContainerSpec, remove_pod, run_pod
 from tests.agent.settings import agent_settings
 from tests.metrics.exposition import labels, series
+from tests.support.wait import until_async
 
 pytestmark = pytest.mark.containerd
 
 NODE = "node-a"
+#: How long a change may take to show in /metrics.
+WITHIN = 20.0
 GRACE = 0.5
 Scrape = Callable[[], Awaitable[str]]
 
@@ -44,16 +47,6 @@ class Env:
         response = await self.client.get("/metrics", timeout=ClientTimeout(total=1.0))
         assert response.status == 200
         return await response.text()
-
-    async def until(self, check: Callable[[str], bool], what: str, wait: float = 20) -> str:
-        deadline = time.monotonic() + wait
-        while True:
-            text = await self.scrape()
-            if check(text):
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; last exposition:\n{text}")
-            await asyncio.sleep(0.1)
 
 
 def _pod(name: str, node: str = NODE) -> dict[str, Any]:
@@ -125,13 +118,15 @@ async def test_drift_kinds_appear_and_go_back_to_zero(env: Env) -> None:
     # A pod bound to another node is not this agent's business.
     _create(env, _pod("elsewhere", "node-b"))
 
-    text = await env.until(
-        lambda t: (
+    text = await until_async(
+        env.scrape,
+        accept=lambda t: (
             _drift(t).get("orphan_sandbox") == 1
             and _drift(t).get("missing_sandbox") == 1
             and _drift(t).get("kubelet_only") == 1
         ),
-        "orphan, missing and kubelet-only drift",
+        timeout=WITHIN,
+        what="orphan, missing and kubelet-only drift",
     )
     assert _drift(text)["stale_sandbox"] == 0
     assert _drift(text)["orphan_container"] == 0
@@ -149,27 +144,34 @@ async def test_drift_kinds_appear_and_go_back_to_zero(env: Env) -> None:
     await remove_pod(endpoint, orphan.sandbox_id)
     await run_pod(endpoint, "waiting", "default", missing_uid, sleeper)
     leftover.rmdir()
-    text = await env.until(
-        lambda t: bool(_drift(t)) and set(_drift(t).values()) == {0.0}, "drift back to 0"
+    text = await until_async(
+        env.scrape,
+        accept=lambda t: bool(_drift(t)) and set(_drift(t).values()) == {0.0},
+        timeout=WITHIN,
+        what="drift back to 0",
     )
     assert series(text, "nodesync_drift_oldest_timestamp_seconds") == {}
 
 
 async def test_api_failure_keeps_cri_metrics_and_recovers_without_losing_events(env: Env) -> None:
-    await env.until(
-        lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1,
-        "the API view to sync",
+    await until_async(
+        env.scrape,
+        accept=lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1,
+        timeout=WITHIN,
+        what="the API view to sync",
     )
     # The API server answers 500 to everything and drops its watches.
     env.api.faults.fail_next(10_000, 500)
     env.api.drop_watches()
     # Once the pod watch fails too, there is no API view of the pods: no apiserver samples.
-    text = await env.until(
-        lambda t: (
+    text = await until_async(
+        env.scrape,
+        accept=lambda t: (
             series(t, "nodesync_source_up").get(labels(source="apiserver")) == 0
             and _api_phase(t, "Pending") is None
         ),
-        "the API source to go down",
+        timeout=WITHIN,
+        what="the API source to go down",
     )
     assert series(text, "nodesync_cri_up") == {labels(): 1.0}
     assert series(text, "nodesync_source_up")[labels(source="runtime")] == 1
@@ -181,34 +183,42 @@ async def test_api_failure_keeps_cri_metrics_and_recovers_without_losing_events(
     pod["status"] = {"phase": "Pending"}
     _create(env, pod)
     env.api.faults.clear()
-    text = await env.until(
-        lambda t: (
+    text = await until_async(
+        env.scrape,
+        accept=lambda t: (
             series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1
             and _api_phase(t, "Pending") == 1
         ),
-        "recovery with the pod created during the outage",
+        timeout=WITHIN,
+        what="recovery with the pod created during the outage",
     )
 
 
 async def test_api_server_stopped_and_restarted(env: Env) -> None:
-    await env.until(
-        lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1,
-        "the API view to sync",
+    await until_async(
+        env.scrape,
+        accept=lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1,
+        timeout=WITHIN,
+        what="the API view to sync",
     )
     await env.api.stop()
-    text = await env.until(
-        lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 0,
-        "the API source to go down",
+    text = await until_async(
+        env.scrape,
+        accept=lambda t: series(t, "nodesync_source_up").get(labels(source="apiserver")) == 0,
+        timeout=WITHIN,
+        what="the API source to go down",
     )
     assert series(text, "nodesync_cri_up") == {labels(): 1.0}
     _create(env, _pod("during"))
     await env.api.start()  # same port, same store
-    await env.until(
-        lambda t: (
+    await until_async(
+        env.scrape,
+        accept=lambda t: (
             series(t, "nodesync_source_up").get(labels(source="apiserver")) == 1
             and _api_phase(t, "Running") == 1
         ),
-        "recovery after the restart",
+        timeout=WITHIN,
+        what="recovery after the restart",
     )
 
 

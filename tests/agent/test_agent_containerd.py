@@ -6,7 +6,6 @@ aiohttp application; nothing is faked.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,10 +29,13 @@ from tests.agent.settings import agent_settings
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.containerd, pytest.mark.containerd_releases]
 
 SYNC_PERIOD = 0.2
+#: How long a change may take to show in /metrics.
+WITHIN = 20.0
 CRI_TIMEOUT = 0.5
 
 Scrape = Callable[[], Awaitable[str]]
@@ -64,17 +66,6 @@ def scrape(agent: TestClient) -> Scrape:
     return _scrape
 
 
-async def _until(scrape: Scrape, check: Callable[[str], bool], what: str, wait: float = 20) -> str:
-    deadline = time.monotonic() + wait
-    while True:
-        text = await scrape()
-        if check(text):
-            return text
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last exposition:\n{text}")
-        await asyncio.sleep(SYNC_PERIOD / 2)
-
-
 def _value(text: str, name: str, **kv: str) -> float | None:
     return series(text, name).get(labels(**kv))
 
@@ -95,7 +86,9 @@ async def test_mixed_pod_phases_states_and_termination_reasons(
     def settled(text: str) -> bool:
         return _value(text, "nodesync_container_terminations_total", reason="OOMKilled") == 1
 
-    text = await _until(scrape, settled, "the OOM kill to be counted")
+    text = await until_async(
+        scrape, accept=settled, timeout=WITHIN, what="the OOM kill to be counted"
+    )
 
     assert _value(text, "nodesync_cri_up") == 1
     assert _value(text, "nodesync_cri_runtime_condition", condition="RuntimeReady") == 1
@@ -137,13 +130,14 @@ async def test_exposition_passes_promtool_and_matches_the_docs(
     # The stats families come from the first stats refresh, a task of its own that starts
     # after the first sync cycle: a cycle that already counts the OOM kill may be published
     # before it. Wait for both.
-    text = await _until(
+    text = await until_async(
         scrape,
-        lambda t: (
+        accept=lambda t: (
             _value(t, "nodesync_container_terminations_total", reason="OOMKilled") == 1
             and _value(t, "nodesync_runtime_stats_timestamp_seconds") is not None
         ),
-        "the mixed pod to settle and the first stats refresh",
+        timeout=WITHIN,
+        what="the mixed pod to settle and the first stats refresh",
     )
     check_metrics(text)
     markdown = DOC.read_text()
@@ -180,11 +174,21 @@ async def test_frozen_runtime_reports_down_and_unknown_then_recovers(
     containerd: LocalContainerd, agent: TestClient, scrape: Scrape
 ) -> None:
     await run_mixed_pod(containerd.endpoint, name="frozen")
-    await _until(scrape, lambda t: _phases(t).get("Failed") == 1, "the pod to be seen")
+    await until_async(
+        scrape,
+        accept=lambda t: _phases(t).get("Failed") == 1,
+        timeout=WITHIN,
+        what="the pod to be seen",
+    )
 
     containerd.freeze()
     try:
-        text = await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 0, "cri_up 0")
+        text = await until_async(
+            scrape,
+            accept=lambda t: _value(t, "nodesync_cri_up") == 0,
+            timeout=WITHIN,
+            what="cri_up 0",
+        )
         assert _phases(text)["Unknown"] == 1
         assert _phases(text)["Failed"] == 0
         assert _value(text, "nodesync_source_up", source="runtime") == 0
@@ -198,13 +202,19 @@ async def test_frozen_runtime_reports_down_and_unknown_then_recovers(
     finally:
         containerd.thaw()
 
-    await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 1, "recovery after thaw")
+    await until_async(
+        scrape,
+        accept=lambda t: _value(t, "nodesync_cri_up") == 1,
+        timeout=WITHIN,
+        what="recovery after thaw",
+    )
 
     containerd.restart()
-    text = await _until(
+    text = await until_async(
         scrape,
-        lambda t: _value(t, "nodesync_cri_up") == 1 and _phases(t).get("Failed") == 1,
-        "recovery after a restart",
+        accept=lambda t: _value(t, "nodesync_cri_up") == 1 and _phases(t).get("Failed") == 1,
+        timeout=WITHIN,
+        what="recovery after a restart",
     )
     assert _phases(text)["Unknown"] == 0
 
@@ -212,9 +222,16 @@ async def test_frozen_runtime_reports_down_and_unknown_then_recovers(
 async def test_stopped_runtime_is_unavailable_and_the_agent_keeps_serving(
     containerd: LocalContainerd, agent: TestClient, scrape: Scrape
 ) -> None:
-    await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 1, "first sync")
+    await until_async(
+        scrape,
+        accept=lambda t: _value(t, "nodesync_cri_up") == 1,
+        timeout=WITHIN,
+        what="first sync",
+    )
     containerd.stop()
-    text = await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 0, "cri_up 0")
+    text = await until_async(
+        scrape, accept=lambda t: _value(t, "nodesync_cri_up") == 0, timeout=WITHIN, what="cri_up 0"
+    )
     errors = series(text, "nodesync_cri_request_errors_total")
     assert any(dict(k)["grpc_code"] == "UNAVAILABLE" for k in errors)
     health = await agent.get("/healthz")
@@ -222,37 +239,47 @@ async def test_stopped_runtime_is_unavailable_and_the_agent_keeps_serving(
     ready = await agent.get("/readyz")
     assert ready.status == 200
     containerd.start()
-    await _until(scrape, lambda t: _value(t, "nodesync_cri_up") == 1, "recovery after start")
+    await until_async(
+        scrape,
+        accept=lambda t: _value(t, "nodesync_cri_up") == 1,
+        timeout=WITHIN,
+        what="recovery after start",
+    )
 
 
 async def test_oom_loop_shows_across_recreated_attempts(
     containerd: LocalContainerd, agent: TestClient, scrape: Scrape
 ) -> None:
     pod = await run_mixed_pod(containerd.endpoint, name="oomy", namespace="loops")
-    await _until(
+    await until_async(
         scrape,
-        lambda t: _value(t, "nodesync_container_terminations_total", reason="OOMKilled") == 1,
-        "the first OOM kill",
+        accept=lambda t: (
+            _value(t, "nodesync_container_terminations_total", reason="OOMKilled") == 1
+        ),
+        timeout=WITHIN,
+        what="the first OOM kill",
     )
     # kubelet restarts the container: a new attempt that is OOM-killed again. The old attempt
     # stays listed as exited; the loop must show after the container was recreated.
     new_id = await restart_container(containerd.endpoint, pod, MixedPod.OOM)
     await wait_for_state(containerd.endpoint, new_id, ContainerState.EXITED)
     key = {"namespace": "loops", "pod": "oomy", "container": MixedPod.OOM}
-    text = await _until(
+    text = await until_async(
         scrape,
-        lambda t: _value(t, "nodesync_container_oom_loop", **key) == 2,
-        "the OOM loop series",
+        accept=lambda t: _value(t, "nodesync_container_oom_loop", **key) == 2,
+        timeout=WITHIN,
+        what="the OOM loop series",
     )
     assert _value(text, "nodesync_container_terminations_total", reason="OOMKilled") == 2
     # Two non-zero exits are not yet a crash loop (threshold 3); the third makes one.
     assert _value(text, "nodesync_container_crash_loop", **key) is None
     third = await restart_container(containerd.endpoint, pod, MixedPod.OOM)
     await wait_for_state(containerd.endpoint, third, ContainerState.EXITED)
-    text = await _until(
+    text = await until_async(
         scrape,
-        lambda t: _value(t, "nodesync_container_crash_loop", **key) == 3,
-        "the crash loop series",
+        accept=lambda t: _value(t, "nodesync_container_crash_loop", **key) == 3,
+        timeout=WITHIN,
+        what="the crash loop series",
     )
     # Only the looping container has loop series: sparse, bounded labels.
     assert set(series(text, "nodesync_container_oom_loop")) == {labels(**key)}
@@ -300,20 +327,24 @@ async def test_stats_have_their_own_period_and_the_state_the_sync_period(
     scrape = await _agent_with(
         containerd, tmp_path, unused_tcp_port, aiohttp_client, stats_period=3600.0
     )
-    first = await _until(
+    first = await until_async(
         scrape,
-        lambda t: (
+        accept=lambda t: (
             _value(t, "nodesync_runtime_stats_timestamp_seconds") is not None
             and _value(t, "nodesync_containers", state="running") == 1
         ),
-        "the first stats refresh",
+        timeout=WITHIN,
+        what="the first stats refresh",
     )
     stamp = _value(first, "nodesync_runtime_stats_timestamp_seconds")
     assert (_value(first, "nodesync_runtime_memory_working_set_bytes") or 0) > 0
     cycles = _calls(first, "list_containers")
     # Five more sync cycles: the state is read each time, the stats not again.
-    text = await _until(
-        scrape, lambda t: _calls(t, "list_containers") >= cycles + 5, "five more sync cycles"
+    text = await until_async(
+        scrape,
+        accept=lambda t: _calls(t, "list_containers") >= cycles + 5,
+        timeout=WITHIN,
+        what="five more sync cycles",
     )
     assert _calls(text, "list_container_stats") == 1
     assert _value(text, "nodesync_runtime_stats_timestamp_seconds") == stamp
@@ -333,7 +364,12 @@ async def test_stats_period_zero_reads_no_stats_and_their_families_are_absent(
     scrape = await _agent_with(
         containerd, tmp_path, unused_tcp_port, aiohttp_client, stats_period=0.0
     )
-    text = await _until(scrape, lambda t: _calls(t, "list_containers") >= 5, "five sync cycles")
+    text = await until_async(
+        scrape,
+        accept=lambda t: _calls(t, "list_containers") >= 5,
+        timeout=WITHIN,
+        what="five sync cycles",
+    )
     assert _value(text, "nodesync_cri_up") == 1
     assert not exposed_metric_names(text) & STATS_FAMILIES
     assert _calls(text, "list_container_stats") == 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from nodesync_sim.real.containerd import LocalContainerd
 from nodesync_sim.real.runtime_pods import ContainerSpec, run_mixed_pod, run_pod
 from tests.agent.settings import agent_settings
 from tests.metrics.exposition import labels, series
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.containerd, pytest.mark.containerd_releases, pytest.mark.timeout(180)]
 
@@ -64,23 +64,14 @@ def _value(text: str, name: str, **kv: str) -> float:
     return series(text, name).get(labels(**kv), 0.0)
 
 
-async def _until(scrape: Scrape, check: Callable[[str], bool], what: str, wait: float) -> str:
-    deadline = time.monotonic() + wait
-    while True:
-        text = await scrape()
-        if check(text):
-            return text
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {wait} s waiting for {what}:\n{text}")
-        await asyncio.sleep(0.02)
-
-
 async def _subscribed(scrape: Scrape) -> str:
-    return await _until(
+    return await until_async(
         scrape,
-        lambda t: _value(t, "nodesync_cri_events_up") == 1 and _value(t, "nodesync_cri_up") == 1,
-        "the agent to subscribe to the task events",
-        SHOWN_WITHIN,
+        accept=lambda t: (
+            _value(t, "nodesync_cri_events_up") == 1 and _value(t, "nodesync_cri_up") == 1
+        ),
+        timeout=SHOWN_WITHIN,
+        what="the agent to subscribe to the task events",
     )
 
 
@@ -94,10 +85,9 @@ def _stoppable(marker: int) -> list[str]:
 async def _pid_of(args: list[str]) -> int:
     """The one process running ``args``: once StartContainer returned, runc's init may still
     be about to exec it."""
-    deadline = time.monotonic() + SHOWN_WITHIN
-    while not (found := _pids_of(args)):
-        assert time.monotonic() < deadline, f"no process runs {args}"
-        await asyncio.sleep(0.01)
+    found = await until_async(
+        lambda: _pids_of(args), timeout=SHOWN_WITHIN, what=f"a process to run {args}"
+    )
     assert len(found) == 1, found
     return found[0]
 
@@ -134,7 +124,9 @@ async def test_exit_and_oom_show_through_events_long_before_the_relist(
     def counted(text: str) -> bool:
         return all(_terminations(text, r) == 1 for r in ("Completed", "Error", "OOMKilled"))
 
-    text = await _until(scrape, counted, "the exits and the OOM kill", SHOWN_WITHIN)
+    text = await until_async(
+        scrape, accept=counted, timeout=SHOWN_WITHIN, what="the exits and the OOM kill"
+    )
     assert _value(text, "nodesync_containers", state="exited") == 3
     assert _value(text, "nodesync_containers", state="running") == 1
     # Only events (and the relist when subscribing) started cycles: the period never came.
@@ -158,29 +150,29 @@ async def test_a_containerd_restart_while_subscribed_loses_nothing(
         str(uuid.uuid4()),
         [ContainerSpec("victim", marker), ContainerSpec("stays", ["/bin/sleep", "inf"])],
     )
-    await _until(
+    await until_async(
         scrape,
-        lambda t: _value(t, "nodesync_containers", state="running") == 2,
-        "both containers running",
-        SHOWN_WITHIN,
+        accept=lambda t: _value(t, "nodesync_containers", state="running") == 2,
+        timeout=SHOWN_WITHIN,
+        what="both containers running",
     )
 
     containerd.stop()
-    await _until(
+    await until_async(
         scrape,
-        lambda t: _value(t, "nodesync_cri_events_up") == 0,
-        "the subscription to end",
-        SHOWN_WITHIN,
+        accept=lambda t: _value(t, "nodesync_cri_events_up") == 0,
+        timeout=SHOWN_WITHIN,
+        what="the subscription to end",
     )
     # A container ends while containerd is down: no event will ever say so.
     os.kill(await _pid_of(marker), signal.SIGTERM)
     containerd.restart()
 
-    text = await _until(
+    text = await until_async(
         scrape,
-        lambda t: _all_terminations(t) == 1 and _value(t, "nodesync_cri_events_up") == 1,
-        "the relist after resubscribing to count the exit",
-        SHOWN_WITHIN + 5,
+        accept=lambda t: _all_terminations(t) == 1 and _value(t, "nodesync_cri_events_up") == 1,
+        timeout=SHOWN_WITHIN + 5,
+        what="the relist after resubscribing to count the exit",
     )
     # The relist on resubscribing found it, or (1.6: its shim publishes the exit to the
     # restarted containerd) an event did; never the period.
@@ -204,8 +196,11 @@ async def test_a_containerd_restart_while_subscribed_loses_nothing(
         str(uuid.uuid4()),
         [ContainerSpec("done", ["/bin/true"])],
     )
-    text = await _until(
-        scrape, lambda t: _terminations(t, "Completed") == 1, "a new exit", SHOWN_WITHIN
+    text = await until_async(
+        scrape,
+        accept=lambda t: _terminations(t, "Completed") == 1,
+        timeout=SHOWN_WITHIN,
+        what="a new exit",
     )
     assert _all_terminations(text) == 2
     assert _value(text, "nodesync_runtime_changes_total", trigger="period") == 0
@@ -233,11 +228,11 @@ async def test_110_containers_exiting_at_once_are_each_counted_once(
 
     await asyncio.gather(*(pod(n) for n in range(STORM_PODS)))
     total = len(markers)
-    await _until(
+    await until_async(
         scrape,
-        lambda t: _value(t, "nodesync_containers", state="running") == total,
-        "every container running",
-        SHOWN_WITHIN * 3,
+        accept=lambda t: _value(t, "nodesync_containers", state="running") == total,
+        timeout=SHOWN_WITHIN * 3,
+        what="every container running",
     )
     pids = [await _pid_of(m) for m in markers]
     for pid in pids:  # as close to at once as a loop gets: ~1 ms for all of them
@@ -246,25 +241,34 @@ async def test_110_containers_exiting_at_once_are_each_counted_once(
     # The truth: containerd's CRI plugin works through the exits at its own pace (seconds on a
     # loaded machine); once it lists every container exited, the agent must show it too.
     async with CRIClient(containerd.endpoint, timeout=5.0) as client:
-        deadline = time.monotonic() + 120
-        while {c.state for c in await client.list_containers()} != {ContainerState.EXITED}:
-            assert time.monotonic() < deadline, "containerd did not list every exit"
-            await asyncio.sleep(0.1)
+
+        async def states() -> set[ContainerState]:
+            return {c.state for c in await client.list_containers()}
+
+        await until_async(
+            states,
+            accept=lambda seen: seen == {ContainerState.EXITED},
+            timeout=120,
+            what="containerd to list every exit",
+        )
         listed = await client.list_containers()
         statuses = [await client.container_status(c.id) for c in listed]
-    text = await _until(
+    text = await until_async(
         scrape,
-        lambda t: _value(t, "nodesync_containers", state="exited") == total,
-        "every exit",
-        SHOWN_WITHIN,
+        accept=lambda t: _value(t, "nodesync_containers", state="exited") == total,
+        timeout=SHOWN_WITHIN,
+        what="every exit",
     )
     assert len(statuses) == total
     assert {(s.state, s.exit_code, s.reason) for s in statuses} == {
         (ContainerState.EXITED, 3, "Error")
     }
     # Each exit counted exactly once, and only through events.
-    text = await _until(
-        scrape, lambda t: _terminations(t, "Error") >= total, "every exit counted", SHOWN_WITHIN
+    text = await until_async(
+        scrape,
+        accept=lambda t: _terminations(t, "Error") >= total,
+        timeout=SHOWN_WITHIN,
+        what="every exit counted",
     )
     assert _terminations(text, "Error") == total
     assert _value(text, "nodesync_runtime_changes_total", trigger="period") == 0
@@ -277,7 +281,10 @@ async def test_110_containers_exiting_at_once_are_each_counted_once(
         str(uuid.uuid4()),
         [ContainerSpec("x", ["/bin/true"])],
     )
-    text = await _until(
-        scrape, lambda t: _terminations(t, "Completed") == 1, "a later exit", SHOWN_WITHIN
+    text = await until_async(
+        scrape,
+        accept=lambda t: _terminations(t, "Completed") == 1,
+        timeout=SHOWN_WITHIN,
+        what="a later exit",
     )
     assert _terminations(text, "Error") == total

@@ -3,7 +3,6 @@ the agent's app. The controller's side is played by patching the Node's annotati
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,10 +34,13 @@ from nodesync_sim.fake.apiserver.server import APIServer
 from nodesync_sim.real.containerd import LocalContainerd, cgroup_root_for
 from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 from tests.metrics.exposition import labels, series
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.containerd, pytest.mark.containerd_releases]
 
 NODE = "node-a"
+#: How long a change may take to show in /metrics.
+WITHIN = 20.0
 GRACE = 0.5
 SLEEPER = [ContainerSpec("app", ["/bin/sleep", "inf"])]
 REMOVE_SANDBOX = labels(operation_type="remove_podsandbox")
@@ -59,16 +61,6 @@ class Env:
         assert response.status == 200
         return await response.text()
 
-    async def until(self, check: Callable[[str], bool], what: str, wait: float = 20) -> str:
-        deadline = time.monotonic() + wait
-        while True:
-            text = await self.scrape()
-            if check(text):
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; last exposition:\n{text}")
-            await asyncio.sleep(0.1)
-
     def annotations(self) -> dict[str, str]:
         node = self.api.store.get("nodes", NODE)
         return dict(node["metadata"].get("annotations") or {})
@@ -78,28 +70,34 @@ class Env:
         patch = {"metadata": {"annotations": {CLEANUP_REQUEST_ANNOTATION: request_id, **more}}}
         self.api.store.patch("nodes", NODE, patch)
 
-    async def answer(self, request_id: str, wait: float = 20) -> CleanupStatus:
-        deadline = time.monotonic() + wait
-        while True:
-            status = CleanupStatus.from_json(self.annotations().get(CLEANUP_STATUS_ANNOTATION, ""))
+    async def answer(self, request_id: str, wait: float = WITHIN) -> CleanupStatus:
+        def answered() -> CleanupStatus | None:
+            raw = self.annotations().get(CLEANUP_STATUS_ANNOTATION, "")
+            status = CleanupStatus.from_json(raw)
             if status is not None and status.id == request_id and status.state in ANSWERS:
                 return status  # an answer, not the acknowledgement (running)
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no answer to {request_id}: {self.annotations()}")
-            await asyncio.sleep(0.05)
+            return None
+
+        return await until_async(
+            answered,
+            timeout=wait,
+            what=f"an answer to {request_id}",
+            detail=lambda: repr(self.annotations()),
+        )
 
     async def looked_at(self, annotation: str, what: str, more: int = 2) -> None:
         """Wait until a look of the cleanup loop saw ``annotation`` on the Node, then for
         ``more`` looks after it: every chance to act on what it saw."""
-        deadline = time.monotonic() + 20
         cleanup = self.cleanup
-        while cleanup.last_seen is None or annotation not in cleanup.last_seen.annotations:
-            assert time.monotonic() < deadline, f"the agent never saw {what}"
-            await asyncio.sleep(0.02)
+        await until_async(
+            lambda: cleanup.last_seen is not None and annotation in cleanup.last_seen.annotations,
+            timeout=WITHIN,
+            what=f"the agent to see {what}",
+        )
         target = cleanup.checks + more
-        while cleanup.checks < target:
-            assert time.monotonic() < deadline, "the cleanup loop stopped looking"
-            await asyncio.sleep(0.02)
+        await until_async(
+            lambda: cleanup.checks >= target, timeout=WITHIN, what="the cleanup loop to look again"
+        )
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -187,9 +185,13 @@ async def test_cleanup_removes_exactly_the_orphans_once_per_request(env: Env) ->
     await _stop_sandbox(endpoint, stale.sandbox_id)
     current_job = await _run_sandbox(endpoint, "job", job_uid, attempt=1)
 
-    text = await env.until(
-        lambda t: _drift(t).get("orphan_sandbox") == 1 and _drift(t).get("stale_sandbox") == 1,
-        "an orphan and a stale sandbox",
+    text = await until_async(
+        env.scrape,
+        accept=lambda t: (
+            _drift(t).get("orphan_sandbox") == 1 and _drift(t).get("stale_sandbox") == 1
+        ),
+        timeout=WITHIN,
+        what="an orphan and a stale sandbox",
     )
     assert _drift(text)["missing_sandbox"] == 0
     assert _drift(text)["orphan_container"] == 0
@@ -213,9 +215,13 @@ async def test_cleanup_removes_exactly_the_orphans_once_per_request(env: Env) ->
     assert {c.pod_sandbox_id for c in containers} == {web.sandbox_id}
     assert orphan.sandbox_id not in sandboxes
 
-    text = await env.until(
-        lambda t: _drift(t).get("orphan_sandbox") == 0 and _drift(t).get("stale_sandbox") == 0,
-        "drift to go back to 0",
+    text = await until_async(
+        env.scrape,
+        accept=lambda t: (
+            _drift(t).get("orphan_sandbox") == 0 and _drift(t).get("stale_sandbox") == 0
+        ),
+        timeout=WITHIN,
+        what="drift to go back to 0",
     )
     assert series(text, "nodesync_cleanup_requests_total") == {
         labels(result="done"): 1.0,
@@ -260,10 +266,20 @@ async def test_a_frozen_runtime_is_answered_unavailable_and_a_new_request_cleans
     Once the runtime answers again, a new request cleans up."""
     endpoint = env.containerd.endpoint
     orphan = await run_pod(endpoint, "gone", "default", str(uuid.uuid4()), SLEEPER)
-    await env.until(lambda t: _drift(t).get("orphan_sandbox") == 1, "the orphan")
+    await until_async(
+        env.scrape,
+        accept=lambda t: _drift(t).get("orphan_sandbox") == 1,
+        timeout=WITHIN,
+        what="the orphan",
+    )
     env.containerd.freeze()
     try:
-        await env.until(lambda t: series(t, "nodesync_drift_pods") == {}, "drift to be unknown")
+        await until_async(
+            env.scrape,
+            accept=lambda t: series(t, "nodesync_drift_pods") == {},
+            timeout=WITHIN,
+            what="drift to be unknown",
+        )
         env.request("r1")
         status = await env.answer("r1", wait=30)
         assert status.state is CleanupState.UNAVAILABLE
@@ -277,7 +293,12 @@ async def test_a_frozen_runtime_is_answered_unavailable_and_a_new_request_cleans
         }
     finally:
         env.containerd.thaw()
-    await env.until(lambda t: _drift(t).get("orphan_sandbox") == 1, "drift known again")
+    await until_async(
+        env.scrape,
+        accept=lambda t: _drift(t).get("orphan_sandbox") == 1,
+        timeout=WITHIN,
+        what="drift known again",
+    )
     async with CRIClient(endpoint) as cri:
         assert orphan.sandbox_id in {s.id for s in await cri.list_pod_sandboxes()}
     env.request("r2")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,6 +17,7 @@ from exporter.agent.sync import TRIGGER_EVENT, TRIGGER_RESUBSCRIBE
 from exporter.cri.errors import RuntimeUnavailable, Unimplemented
 from exporter.model.runtime import Container, ContainerState, RuntimeSnapshot
 from exporter.model.runtime_events import TOPIC_EXIT, TOPIC_OOM, TaskEvent
+from tests.support.wait import until_async
 
 
 class Sync:
@@ -46,13 +47,6 @@ class Observer:
         self.events.append(topic)
 
 
-async def _until(check: Callable[[], bool], wait: float = 5.0) -> None:
-    deadline = time.monotonic() + wait
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
-
-
 def _container(cid: str, state: ContainerState) -> Container:
     return Container(
         id=cid, pod_sandbox_id="s1", name=cid, attempt=0, state=state, created_at=1.0
@@ -71,7 +65,7 @@ async def test_a_runtime_without_the_events_service_leaves_the_relist_alone() ->
     sync, observer = Sync(), Observer()
     task = asyncio.create_task(RuntimeEvents(unimplemented, sync, observer).run())
     try:
-        await _until(lambda: calls == 1)
+        await until_async(lambda: calls == 1, timeout=5.0, what="the one subscription attempt")
         await asyncio.sleep(0.3)  # past the time a subscription needs to hold
         assert observer.up == [False]
         assert sync.requests == []  # nothing asked of the sync loop: the period alone
@@ -93,15 +87,21 @@ async def test_events_ask_for_cycles_until_the_listing_shows_them() -> None:
     driver = RuntimeEvents(stream, sync, observer)
     task = asyncio.create_task(driver.run())
     try:
-        await _until(lambda: observer.up == [False, True])
+        await until_async(
+            lambda: observer.up == [False, True], timeout=5.0, what="the subscription to come up"
+        )
         assert sync.requests == [TRIGGER_RESUBSCRIBE]  # the relist once subscribed
         feed.put_nowait(TaskEvent(TOPIC_OOM, "c1", 100.0))
         feed.put_nowait(TaskEvent(TOPIC_OOM, "c1", 100.01))  # the same OOM kill again
         feed.put_nowait(TaskEvent(TOPIC_EXIT, "c1", 100.02, "exec-1"))  # an exec's exit
-        await _until(lambda: len(observer.events) == 2)
+        await until_async(
+            lambda: len(observer.events) == 2, timeout=5.0, what="two events observed"
+        )
         assert observer.events == ["oom", "exit"]
         # c1 is still listed running: the driver reads again, and again.
-        await _until(lambda: sync.requests.count(TRIGGER_EVENT) >= 3)
+        await until_async(
+            lambda: sync.requests.count(TRIGGER_EVENT) >= 3, timeout=5.0, what="three event cycles"
+        )
         sync.containers = (_container("c1", ContainerState.EXITED),)
         await asyncio.sleep(0.3)
         settled = len(sync.requests)
@@ -126,7 +126,9 @@ async def test_an_ended_subscription_is_renewed_with_a_growing_delay(
     sync, observer = Sync(), Observer()
     task = asyncio.create_task(RuntimeEvents(down, sync, observer).run())
     try:
-        await _until(lambda: len(attempts) >= 4)
+        await until_async(
+            lambda: len(attempts) >= 4, timeout=5.0, what="four subscription attempts"
+        )
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -25,6 +24,7 @@ from exporter.model.runtime import (
     RuntimeStats,
     SandboxState,
 )
+from tests.support.wait import until_async
 
 NOW = 1_700_000_000.0
 
@@ -188,13 +188,6 @@ async def test_wake_runs_the_next_cycle_now_not_a_period_later() -> None:
     assert len(durations.seen) == 2  # one wake, one extra cycle
 
 
-async def _until(check: Callable[[], bool], what: str, within: float = 20) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
-
-
 async def _cancel(*tasks: asyncio.Task[None]) -> None:
     for task in tasks:
         task.cancel()
@@ -222,10 +215,14 @@ async def test_state_follows_the_sync_period_and_stats_their_own() -> None:
         asyncio.create_task(sync.run_stats(period=3600)),
     ]
     try:
-        await _until(lambda: len(durations.seen) >= 5, "five sync cycles")
-        await _until(lambda: sync.state.stats is not None, "the first stats refresh")
+        await until_async(lambda: len(durations.seen) >= 5, timeout=20, what="five sync cycles")
+        await until_async(
+            lambda: sync.state.stats is not None, timeout=20, what="the first stats refresh"
+        )
         cycles = len(durations.seen)
-        await _until(lambda: len(durations.seen) >= cycles + 3, "three more sync cycles")
+        await until_async(
+            lambda: len(durations.seen) >= cycles + 3, timeout=20, what="three more sync cycles"
+        )
     finally:
         await _cancel(*tasks)
     assert runtime.stats_reads == 1
@@ -246,7 +243,9 @@ async def test_stats_refresh_on_their_period_between_sync_cycles() -> None:
     try:
         await sync.wait_synced()
         first_state = sync.state.runtime
-        await _until(lambda: runtime.stats_reads >= 3, "three stats refreshes")
+        await until_async(
+            lambda: runtime.stats_reads >= 3, timeout=20, what="three stats refreshes"
+        )
     finally:
         await _cancel(*tasks)
     assert len(durations.seen) == runtime.reads == 1
@@ -266,7 +265,9 @@ async def test_the_first_stats_refresh_waits_for_the_first_sync_cycle() -> None:
             await asyncio.sleep(0)
         assert runtime.stats_reads == 0
         await sync.sync_once()
-        await _until(lambda: runtime.stats_reads == 1, "the first stats refresh")
+        await until_async(
+            lambda: runtime.stats_reads == 1, timeout=20, what="the first stats refresh"
+        )
     finally:
         await _cancel(stats)
     assert runtime.reads == 1
@@ -330,9 +331,11 @@ async def test_a_hung_kubelet_probe_does_not_hold_the_runtime_cycles() -> None:
     try:
         await sync.wait_synced()
         kubelet.hang = asyncio.Event()
-        await _until(lambda: kubelet.reads >= 2, "the node probe to hang")
+        await until_async(lambda: kubelet.reads >= 2, timeout=20, what="the node probe to hang")
         reads = runtime.reads
-        await _until(lambda: runtime.reads >= reads + 3, "runtime cycles during the hang")
+        await until_async(
+            lambda: runtime.reads >= reads + 3, timeout=20, what="runtime cycles during the hang"
+        )
         assert kubelet.reads == 2  # still the one hung probe
         assert sync.state.sources["runtime"].up
         assert sync.state.sources["kubelet"].up  # its last answer stands until the next
@@ -340,7 +343,9 @@ async def test_a_hung_kubelet_probe_does_not_hold_the_runtime_cycles() -> None:
         assert probed is not None
         assert sync.last_cycle_end == probed  # the older schedule: liveness sees the hang
         kubelet.hang.set()
-        await _until(lambda: sync.last_probe_end != probed, "the probe to finish")
+        await until_async(
+            lambda: sync.last_probe_end != probed, timeout=20, what="the probe to finish"
+        )
     finally:
         await _cancel(task)
 
@@ -359,9 +364,11 @@ async def test_a_hung_runtime_does_not_hold_the_node_probes() -> None:
     try:
         await sync.wait_synced()
         runtime.hang = asyncio.Event()
-        await _until(lambda: runtime.reads >= 2, "the runtime read to hang")
+        await until_async(lambda: runtime.reads >= 2, timeout=20, what="the runtime read to hang")
         reads = host_reads
-        await _until(lambda: host_reads >= reads + 3, "host probes during the hang")
+        await until_async(
+            lambda: host_reads >= reads + 3, timeout=20, what="host probes during the hang"
+        )
         assert kubelet.reads >= 3
         assert runtime.reads == 2
         assert sync.state.host is not None

@@ -15,6 +15,7 @@ from collections import Counter
 import pytest
 
 from tests.support.controllers import (
+    DEADLINE,
     NODE_ROLLBACK_EVENTS,
     ROLLBACK_ARGS,
     Scene,
@@ -23,8 +24,8 @@ from tests.support.controllers import (
     payload,
     rollback_created,
     steps,
-    until,
 )
+from tests.support.wait import until
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(180)]
 
@@ -46,7 +47,7 @@ def test_a_leader_killed_after_the_cordon_the_other_controller_finishes_the_roll
     assert second.post_alerts(payload(alert(node))) == 503  # a follower sends Alertmanager on
 
     assert scene.deliver([second, first], alert(node)) is first
-    until(proxy.sprung.is_set, "the first controller to cordon the node")
+    until(proxy.sprung.is_set, timeout=DEADLINE, what="the first controller to cordon the node")
     first.kill()  # right after the cordon: its record of the cordon never reached the server
     [started] = scene.rollbacks()
     assert steps(started)["cordon"]["state"] == "running"  # the intent, and no outcome
@@ -121,7 +122,9 @@ def test_the_blast_radius_holds_across_a_failover(scene: Scene) -> None:
     alerts = [alert(n) for n in nodes]
 
     assert scene.deliver([first, second], *alerts) is first
-    until(proxy.sprung.is_set, "the first controller to create a NodeRollback")
+    until(
+        proxy.sprung.is_set, timeout=DEADLINE, what="the first controller to create a NodeRollback"
+    )
     first.kill()
     [decided] = scene.rollbacks()  # created; its first status never written
     # The second controller's watch holds it (a follower watches too) before it may lead.

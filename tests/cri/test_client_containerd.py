@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -25,17 +24,9 @@ from nodesync_sim.real.runtime_pods import (
 )
 from tests.cri.observer import RecordingObserver
 from tests.support.containerd import Release
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.containerd, pytest.mark.containerd_releases]
-
-
-async def _poll(condition: object, within: float) -> None:
-    """Await ``condition()`` until it returns True; fail after ``within`` seconds."""
-    assert callable(condition)
-    deadline = time.monotonic() + within
-    while not await condition():
-        assert time.monotonic() < deadline, f"condition not met within {within} s"
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture
@@ -206,7 +197,7 @@ async def test_stopped_runtime_is_unavailable_and_restart_recovers(
             return False
         return True
 
-    await _poll(answers, 10.0)
+    await until_async(answers, timeout=10.0, what="containerd to answer")
     (sandbox,) = await cri.list_pod_sandboxes()
     assert sandbox.id == pod.sandbox_id
     (container,) = await cri.list_containers()

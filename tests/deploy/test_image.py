@@ -20,7 +20,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -34,7 +34,7 @@ from exporter.cri.pb import api_pb2, api_pb2_grpc
 from nodesync_sim.real.containerd import LocalContainerd
 from nodesync_sim.real.process import free_port
 from tests.deploy.manifests import BASE, ROOT, build, one
-from tests.support.controllers import until
+from tests.support.wait import until
 
 pytestmark = [pytest.mark.containerd, pytest.mark.timeout(1800)]
 
@@ -226,14 +226,6 @@ def container_config(
 # ------------------------------------------------------------------ helpers
 
 
-def _until(condition: Callable[[], Any], timeout: float, what: str, why: Callable[[], str]) -> Any:
-    """``until``, failing with ``why()`` (the container's state and log) at the deadline."""
-    try:
-        return until(condition, what, timeout)
-    except pytest.fail.Exception as exc:
-        pytest.fail(f"{exc}\n{why()}", pytrace=False)
-
-
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -284,7 +276,7 @@ def _import(containerd: LocalContainerd, archive: Path) -> None:
             found = images.ListImages(api_pb2.ListImagesRequest(), timeout=CALL_TIMEOUT).images
             return any(IMAGE in image.repo_tags for image in found)
 
-        _until(listed, 60, f"the CRI lists {IMAGE}", lambda: result.stdout)
+        until(listed, timeout=60, what=f"the CRI lists {IMAGE}", detail=lambda: result.stdout)
 
 
 # ------------------------------------------------------------------ the tests
@@ -364,13 +356,18 @@ def test_the_image_runs_the_agent_as_the_daemonset_declares(
             return f"container {state}; its log:\n" + (log.read_text() if log.exists() else "")
 
         metrics = f"http://127.0.0.1:{port}/metrics"
-        _until(
+        until(
             lambda: re.search(r"^nodesync_cri_up 1(\.0)?$", _get(metrics)[1], re.MULTILINE),
-            60,
-            "the agent reports nodesync_cri_up 1",
-            why,
+            timeout=60,
+            what="the agent reports nodesync_cri_up 1",
+            detail=why,
         )
-        _until(lambda: _get(f"http://127.0.0.1:{port}/readyz")[0] == 200, 60, "/readyz 200", why)
+        until(
+            lambda: _get(f"http://127.0.0.1:{port}/readyz")[0] == 200,
+            timeout=60,
+            what="/readyz 200",
+            detail=why,
+        )
         assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
 
         # The process runs with exactly what the manifest declares.
@@ -395,11 +392,11 @@ def test_the_image_runs_the_agent_as_the_daemonset_declares(
         checks = start(
             container_config(pod, "checks", [], mounts, command=["python3", "-c", CHECKS])
         )
-        _until(
+        until(
             lambda: status(checks).status.state == api_pb2.CONTAINER_EXITED,
-            120,
-            "the checks container exits",
-            lambda: (Path(sandbox.log_directory) / "checks.log").read_text(),
+            timeout=120,
+            what="the checks container exits",
+            detail=lambda: (Path(sandbox.log_directory) / "checks.log").read_text(),
         )
         assert status(checks).status.exit_code == 0
         (report,) = _stdout(Path(sandbox.log_directory) / "checks.log")

@@ -29,15 +29,16 @@ from nodesync_sim.real.containerd import LocalContainerd
 from nodesync_sim.real.kube_apiserver import ADMIN, AGENT, CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 from tests.support.controllers import (
+    DEADLINE,
     NODE_ROLLBACK_EVENTS,
     ROLLBACK_ARGS,
     Scene,
     alert,
     delete_of,
     steps,
-    until,
 )
 from tests.support.realkube import AGENT_RBAC, code, rbac_applied, requests, user_of
+from tests.support.wait import until
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.containerd, pytest.mark.timeout(240)]
 
@@ -167,7 +168,11 @@ def test_a_whole_rollback_with_a_real_agent_as_the_shipped_service_accounts(
 
     port = agent_process(node)
     orphan_reported = 'nodesync_drift_pods{kind="orphan_sandbox"} 1.0'
-    until(lambda: orphan_reported in _metrics(port), "the agent to report the orphan sandbox")
+    until(
+        lambda: orphan_reported in _metrics(port),
+        timeout=DEADLINE,
+        what="the agent to report the orphan sandbox",
+    )
 
     proxy = scene.proxy("controller")
     proxy.gate(delete_of(node))

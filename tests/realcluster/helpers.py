@@ -10,9 +10,9 @@ from typing import Any
 from nodesync_sim.real.containerd import IMAGE_REF
 from nodesync_sim.real.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
-from tests.support.controllers import until
 from tests.support.kubeapi import create_namespace, delete_namespace
 from tests.support.realcluster import RealChain
+from tests.support.wait import until
 
 SLEEP = ["/bin/sleep", "inf"]
 
@@ -71,7 +71,7 @@ def wait_phase(api: LocalKubeAPIServer, ns: str, name: str, phase: str, timeout:
         found = get_pod(api, ns, name)
         return found if found and found.get("status", {}).get("phase") == phase else None
 
-    return until(reached, f"pod {ns}/{name} to be {phase}", timeout)
+    return until(reached, timeout=timeout, what=f"pod {ns}/{name} to be {phase}")
 
 
 def value(chain: RealChain, promql: str) -> float | None:
@@ -84,7 +84,7 @@ def value(chain: RealChain, promql: str) -> float | None:
 
 
 def wait_value(chain: RealChain, promql: str, want: float, timeout: float = 60) -> None:
-    until(lambda: value(chain, promql) == want, f"{promql} == {want}", timeout)
+    until(lambda: value(chain, promql) == want, timeout=timeout, what=f"{promql} == {want}")
 
 
 def product_events(api: LocalKubeAPIServer, since: int) -> list[dict[str, Any]]:

@@ -17,8 +17,8 @@ from tests.realcluster.helpers import (
     wait_phase,
     wait_value,
 )
-from tests.support.controllers import until
 from tests.support.realcluster import RealChain
+from tests.support.wait import until
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(300)]
 
@@ -57,16 +57,16 @@ def test_a_join_that_works(realchain: RealChain) -> None:
         # creates it only once it can read its Node: it may come after Ready.
         lease = until(
             lambda: (a := api.request("GET", f"{LEASES}/{name}")).status == 200 and a.body,
-            "the node's Lease",
             timeout=30,
+            what="the node's Lease",
         )
         assert lease["spec"]["holderIdentity"] == name
         assert lease["metadata"]["ownerReferences"][0]["uid"] == found["metadata"]["uid"]
         first = lease["spec"]["renewTime"]
         renewed = until(
             lambda: api.ok("GET", f"{LEASES}/{name}")["spec"]["renewTime"] != first,
-            "the Lease to be renewed",
             timeout=30,
+            what="the Lease to be renewed",
         )
         assert renewed
 

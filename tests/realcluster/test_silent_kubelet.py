@@ -24,8 +24,8 @@ from tests.realcluster.helpers import (
     refused,
     wait_phase,
 )
-from tests.support.controllers import until
 from tests.support.realcluster import RealChain
+from tests.support.wait import until
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(420)]
 
@@ -73,7 +73,7 @@ def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int) -> None:
             found = realchain.cluster.node_object(name) or {}
             return condition(found, "Ready").get("status") == "Unknown"
 
-        until(unknown, "the controller-manager to mark the node Unknown", 120)
+        until(unknown, timeout=120, what="the controller-manager to mark the node Unknown")
         unknown_at = time.time()
         until(
             lambda: any(
@@ -82,16 +82,16 @@ def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int) -> None:
                 .get("spec", {})
                 .get("taints", ())
             ),
-            "the unreachable taint",
-            60,
+            timeout=60,
+            what="the unreachable taint",
         )
         tainted_at = time.time()
         until(
             lambda: realchain.prom.query(
                 f'ALERTS{{alertname="NodesyncNewNodeNotReady",node="{name}",alertstate="firing"}}'
             ),
-            "the shipped rule to fire",
-            90,
+            timeout=90,
+            what="the shipped rule to fire",
         )
         alert_at = time.time()
         print(
@@ -103,7 +103,7 @@ def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int) -> None:
             items = api.ok("GET", ROLLBACKS)["items"]
             return [r for r in items if r["spec"]["nodeName"] == name]
 
-        until(mine, "a NodeRollback for the node", 60)
+        until(mine, timeout=60, what="a NodeRollback for the node")
         first_step = {}
         rollback: dict = {}
 
@@ -122,7 +122,7 @@ def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int) -> None:
                 assert containers_of(node.cri_endpoint, uids) == [], "containers left"
             return phase in ("Succeeded", "Failed")
 
-        until(finished, "the rollback to end", 180)
+        until(finished, timeout=180, what="the rollback to end")
         done_at = time.time()
         assert rollback["status"]["phase"] == "Succeeded", rollback["status"]
         api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)

@@ -46,6 +46,7 @@ from nodesync_sim.real.kube_apiserver import CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.process import ChildProcess, free_port
 from tests.support.kubeapi import REPO_ROOT, create_namespace, delete_namespace
 from tests.support.kubeproxy import KubeProxy, Predicate, ProxiedRequest
+from tests.support.wait import until
 
 RBAC_FILES = (
     REPO_ROOT / "deploy" / "base" / "controller-rbac.yaml",
@@ -97,27 +98,6 @@ NODE_ROLLBACK_EVENTS = (
     "NodesyncVerify",
     "NodesyncDeleteNode",
 )
-
-
-def until(
-    condition: Callable[[], Any],
-    what: str,
-    timeout: float = DEADLINE,
-    *,
-    tick: Callable[[], None] | None = None,
-) -> Any:
-    """Poll ``condition`` (after ``tick``, if given) until it returns something truthy, which is
-    returned; fail the test at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if tick is not None:
-            tick()
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(POLL)
 
 
 # ---------------------------------------------------------------- RBAC
@@ -759,20 +739,20 @@ class Scene:
         assert answer.status in (200, 202, 404), (answer.status, answer.body)
 
     def until(self, condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-        """:func:`until`, playing the node side at every poll, and failing at once (with its
-        log) when a controller that should run exited."""
+        """:func:`tests.support.wait.until`, playing the node side at every poll, and failing at
+        once (with its log) when a controller that should run exited."""
 
-        def tick() -> None:
+        def played() -> Any:
             for controller in self.controllers:
                 if controller.process.returncode not in (None, -signal.SIGKILL, 0, -15):
                     pytest.fail(f"{controller.name} exited:\n{controller.log_tail()}")
             self.play_node_side()
+            return condition()
 
-        try:
-            return until(condition, what, timeout, tick=tick)
-        except pytest.fail.Exception as failed:
-            logs = "".join(f"\n--- {c.name}:\n{c.log_tail(20)}" for c in self.controllers)
-            pytest.fail(f"{failed}{logs}")
+        def logs() -> str:
+            return "".join(f"\n--- {c.name}:\n{c.log_tail(20)}" for c in self.controllers)
+
+        return until(played, timeout=timeout, what=what, interval=POLL, detail=logs)
 
     # -- controllers, and Alertmanager
 
@@ -909,7 +889,12 @@ class Scene:
 
     def wait_audited(self, effect: str, name: str) -> None:
         """Until the audit log shows the effect (it is written right after the answer)."""
-        until(lambda: self.effects()[(effect, name)] >= 1, f"the audit log to show {effect} {name}")
+        until(
+            lambda: self.effects()[(effect, name)] >= 1,
+            timeout=DEADLINE,
+            what=f"the audit log to show {effect} {name}",
+            interval=POLL,
+        )
 
     # -- the end
 
