@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from exporter.kube.convert import node_info
 from exporter.kube.errors import KubeError, NotFound
 from exporter.kube.resources import NODES
 from exporter.model.kube import LEASE_NAMESPACE
@@ -211,9 +212,7 @@ class SimulatedKubelet:
             self.plan, self._conditions_json(conditions, now, self.registered_at), self._index
         )
         node = await self._client.register_node(body)
-        meta = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
-        assert isinstance(meta, dict)
-        self.node_uid = str(meta.get("uid", ""))
+        self.node_uid = node_info(node).uid
         self._timeline.record(self.name, timeline.REGISTERED, at=now)
         self._remember_posted(conditions, now)
         self._lease = await self._client.create_lease(
@@ -359,11 +358,8 @@ class SimulatedKubelet:
             node = await self._client.api.get(NODES, self.name)
         except NotFound:
             return
-        status = node.get("status") if isinstance(node.get("status"), dict) else {}
-        assert isinstance(status, dict)
-        for raw in status.get("conditions") or ():
-            if isinstance(raw, dict) and isinstance(raw.get("type"), str):
-                self._posted[raw["type"]] = str(raw.get("status", ""))
+        for condition in node_info(node).conditions:
+            self._posted[condition.type] = condition.status
 
     # ------------------------------------------------------------------ pods
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from exporter.kube.convert import pod_info
+from exporter.kube.convert import decoded, pod_info
 from exporter.kube.informer import DELETED, Informer
+from exporter.kube.objects import ApiStruct
 from exporter.model.kube import PodInfo
 
 _EMPTY: Mapping[str, BoundPod] = MappingProxyType({})
@@ -28,17 +29,28 @@ class BoundPod:
     grace_seconds: int
 
 
+class _Container(ApiStruct, frozen=True, gc=False):
+    name: str
+
+
+class _Spec(ApiStruct, frozen=True, gc=False):
+    containers: list[_Container] | None = None
+    termination_grace_period_seconds: int | None = None
+
+
+class _PodSpec(ApiStruct, frozen=True, gc=False):
+    """What a kubelet reads of a pod beyond the agent's view."""
+
+    spec: _Spec | None = None
+
+
 def bound_pod(obj: dict[str, Any]) -> BoundPod:
+    """ConversionError (with the field's path) for a pod without the API's types."""
     info = pod_info(obj)
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    assert isinstance(spec, dict)
-    names = tuple(
-        str(c["name"])
-        for c in spec.get("containers") or ()
-        if isinstance(c, dict) and isinstance(c.get("name"), str)
-    )
-    grace = spec.get("terminationGracePeriodSeconds")
-    return BoundPod(info, names, grace if isinstance(grace, int) else 30)
+    spec = decoded(obj, _PodSpec).spec or _Spec()
+    grace = spec.termination_grace_period_seconds
+    names = tuple(c.name for c in spec.containers or ())
+    return BoundPod(info, names, 30 if grace is None else grace)
 
 
 class PodIndex:
