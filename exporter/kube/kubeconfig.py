@@ -33,10 +33,21 @@ import binascii
 import json
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import msgspec
+
+from exporter.kube.kubeconfig_file import (
+    Cluster,
+    Context,
+    ExecConfig,
+    ExecCredential,
+    ExecCredentialStatus,
+    KubeconfigFile,
+    User,
+)
+from exporter.model.codec import error_message
 from exporter.model.rfc3339 import parse_time
 
 if TYPE_CHECKING:
@@ -51,6 +62,8 @@ EXEC_TIMEOUT_SECONDS = 60.0
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 
 JSONObject = dict[str, Any]
+T = TypeVar("T")
+_EXEC_CREDENTIAL = msgspec.json.Decoder(ExecCredential)
 
 
 class KubeconfigError(Exception):
@@ -58,25 +71,28 @@ class KubeconfigError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(Generic[T]):
     """A named cluster, context or user, and the directory of the file that holds it."""
 
-    value: JSONObject
+    value: T
     base: str
 
 
 @dataclass(slots=True)
 class Kubeconfig:
-    """The merged files: entries by kind ("clusters", "contexts", "users") and name."""
+    """The merged files: clusters, contexts and users by name."""
 
-    entries: dict[str, dict[str, Entry]] = field(default_factory=dict)
+    clusters: dict[str, Entry[Cluster]] = field(default_factory=dict)
+    contexts: dict[str, Entry[Context]] = field(default_factory=dict)
+    users: dict[str, Entry[User]] = field(default_factory=dict)
     current_context: str = ""
 
-    def get(self, kind: str, name: str) -> Entry:
-        entry = self.entries.get(kind, {}).get(name)
-        if entry is None:
-            raise KubeconfigError(f"no {kind[:-1]} named {name!r}")
-        return entry
+
+def _named(entries: dict[str, Entry[T]], kind: str, name: str) -> Entry[T]:
+    entry = entries.get(name)
+    if entry is None:
+        raise KubeconfigError(f"no {kind} named {name!r}")
+    return entry
 
 
 def read_files(path: str) -> Kubeconfig:
@@ -92,19 +108,14 @@ def read_files(path: str) -> Kubeconfig:
         document = _load_yaml(one)
         read += 1
         base = os.path.dirname(os.path.abspath(one))
-        for kind, key in (("clusters", "cluster"), ("contexts", "context"), ("users", "user")):
-            named = merged.entries.setdefault(kind, {})
-            for item in _list(document, kind):
-                name = item.get("name")
-                if not isinstance(name, str):
-                    raise KubeconfigError(f"{one}: an entry of {kind} has no name")
-                value = item.get(key) or {}
-                if not isinstance(value, dict):
-                    raise KubeconfigError(f"{one}: {kind[:-1]} {name!r} is not a mapping")
-                named.setdefault(name, Entry(value, base))
-        current = document.get("current-context")
-        if not merged.current_context and isinstance(current, str):
-            merged.current_context = current
+        for cluster in document.clusters or ():
+            merged.clusters.setdefault(cluster.name, Entry(cluster.cluster or Cluster(), base))
+        for context in document.contexts or ():
+            merged.contexts.setdefault(context.name, Entry(context.context or Context(), base))
+        for user in document.users or ():
+            merged.users.setdefault(user.name, Entry(user.user or User(), base))
+        if not merged.current_context and document.current_context:
+            merged.current_context = document.current_context
     if not read:
         raise KubeconfigError(f"none of the kubeconfig files exists: {path}")
     return merged
@@ -113,46 +124,49 @@ def read_files(path: str) -> Kubeconfig:
 def uses_auth_provider(config: Kubeconfig, context: str | None) -> bool:
     """Whether the context's user authenticates with an ``auth-provider``."""
     user = _user(config, _context(config, context))
-    return user is not None and "auth-provider" in user.value
+    return user is not None and user.value.auth_provider is not None
 
 
 async def configure(config: Kubeconfig, context: str | None, target: Configuration) -> None:
     """Set ``target`` (server, TLS, credentials) from the context; the first credential of an
     exec plugin is fetched here, so that a broken plugin fails at start."""
     chosen = _context(config, context)
-    cluster = config.get("clusters", _text(chosen.value, "cluster", required=True))
+    cluster = _named(config.clusters, "cluster", _required(chosen.value.cluster, "cluster"))
     user = _user(config, chosen)
-    server = _text(cluster.value, "server", required=True)
+    server = _required(cluster.value.server, "server")
     target.host = server.rstrip("/")
-    target.verify_ssl = not bool(cluster.value.get("insecure-skip-tls-verify", False))
-    target.tls_server_name = _text(cluster.value, "tls-server-name") or None
-    target.proxy = _text(cluster.value, "proxy-url") or None
+    target.verify_ssl = not cluster.value.insecure_skip_tls_verify
+    target.tls_server_name = cluster.value.tls_server_name or None
+    target.proxy = cluster.value.proxy_url or None
     secure = target.host.startswith("https")
     if secure:
-        target.ca_cert_data = _pem(cluster.value, "certificate-authority-data")
+        ca = cluster.value
+        target.ca_cert_data = _pem(ca.certificate_authority_data, "certificate-authority-data")
         if target.ca_cert_data is None:
-            target.ssl_ca_cert = _file(cluster, "certificate-authority")
+            ca_file = _file(cluster.base, ca.certificate_authority, "certificate-authority")
+            target.ssl_ca_cert = ca_file
     if user is None:
         return
+    who = user.value
     if secure:
-        target.cert_data = _pem(user.value, "client-certificate-data")
-        target.key_data = _pem(user.value, "client-key-data")
+        target.cert_data = _pem(who.client_certificate_data, "client-certificate-data")
+        target.key_data = _pem(who.client_key_data, "client-key-data")
         if target.cert_data is None:
-            target.cert_file = _file(user, "client-certificate")
+            target.cert_file = _file(user.base, who.client_certificate, "client-certificate")
         if target.key_data is None:
-            target.key_file = _file(user, "client-key")
-    if "exec" in user.value:
-        plugin = ExecPlugin(user.value["exec"], user.base, cluster.value)
+            target.key_file = _file(user.base, who.client_key, "client-key")
+    if who.exec is not None:
+        plugin = ExecPlugin(who.exec, user.base, cluster.value)
         target.refresh_api_key_hook = plugin.refresh
         await plugin.refresh(target)
-    elif token := _text(user.value, "token"):
-        target.api_key["authorization"] = f"Bearer {token}"
-    elif token_file := _file(user, "tokenFile"):
+    elif who.token:
+        target.api_key["authorization"] = f"Bearer {who.token}"
+    elif token_file := _file(user.base, who.token_file, "tokenFile"):
         reader = TokenFile(token_file)
         target.refresh_api_key_hook = reader.refresh
         reader.refresh(target)
-    elif "username" in user.value and "password" in user.value:
-        pair = f"{user.value['username']}:{user.value['password']}".encode()
+    elif who.username is not None and who.password is not None:
+        pair = f"{who.username}:{who.password}".encode()
         target.api_key["authorization"] = "Basic " + base64.b64encode(pair).decode()
 
 
@@ -187,27 +201,17 @@ class ExecPlugin:
     """A client-go credential plugin: runs the command, reads the ExecCredential it prints,
     and runs it again once that credential expired (one run at a time)."""
 
-    def __init__(self, spec: object, base: str, cluster: Mapping[str, Any]) -> None:
-        if not isinstance(spec, dict):
-            raise KubeconfigError("exec: not a mapping")
-        self.api_version = _text(spec, "apiVersion", required=True)
+    def __init__(self, spec: ExecConfig, base: str, cluster: Cluster) -> None:
+        self.api_version = _required(spec.api_version, "apiVersion")
         if self.api_version not in EXEC_API_VERSIONS:
             raise KubeconfigError(f"exec: apiVersion {self.api_version!r} is not supported")
-        command = _text(spec, "command", required=True)
+        command = _required(spec.command, "command")
         if os.sep in command and not os.path.isabs(command):
             command = os.path.join(base, command)
-        args = spec.get("args") or []
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise KubeconfigError("exec: args is not a list of strings")
-        self.argv = [command, *args]
-        env = spec.get("env") or []
-        if not isinstance(env, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("name"), str) for e in env
-        ):
-            raise KubeconfigError("exec: env is not a list of name and value")
-        self._env = {e["name"]: str(e.get("value", "")) for e in env}
-        self._hint = _text(spec, "installHint")
-        self._cluster = dict(cluster) if spec.get("provideClusterInfo") else None
+        self.argv = [command, *(spec.args or ())]
+        self._env = {e.name: e.value or "" for e in spec.env or ()}
+        self._hint = spec.install_hint or ""
+        self._cluster = cluster if spec.provide_cluster_info else None
         self._expires_at: float | None = None  # Unix time; None: not fetched, or never expires
         self._fetched = False
         self._lock = asyncio.Lock()
@@ -225,22 +229,21 @@ class ExecPlugin:
             if self._valid():
                 return
             status = await self._run()
-            token = status.get("token")
-            if isinstance(token, str) and token:
-                target.api_key["authorization"] = f"Bearer {token}"
-            elif status.get("clientCertificateData") and status.get("clientKeyData"):
-                target.cert_data = str(status["clientCertificateData"])
-                target.key_data = str(status["clientKeyData"])
+            if status.token:
+                target.api_key["authorization"] = f"Bearer {status.token}"
+            elif status.client_certificate_data and status.client_key_data:
+                target.cert_data = status.client_certificate_data
+                target.key_data = status.client_key_data
                 target.cert_file = target.key_file = None
             else:
                 raise KubeconfigError(
                     "exec: the plugin printed neither a token nor a client certificate and key"
                 )
-            expires = parse_time(status.get("expirationTimestamp"))
+            expires = parse_time(status.expiration_timestamp)
             self._expires_at = None if expires is None else expires - EXEC_EXPIRY_MARGIN_SECONDS
             self._fetched = True
 
-    async def _run(self) -> JSONObject:
+    async def _run(self) -> ExecCredentialStatus:
         spec: JSONObject = {"interactive": False}
         if self._cluster is not None:
             spec["cluster"] = _cluster_info(self._cluster)
@@ -273,38 +276,41 @@ class ExecPlugin:
                 + (f": {detail[:500]}" if detail else "")
             )
         try:
-            answer = json.loads(out)
-        except ValueError as exc:
-            raise KubeconfigError(f"exec: the plugin's output is not JSON: {exc}") from exc
-        if not isinstance(answer, dict) or answer.get("kind") != "ExecCredential":
-            raise KubeconfigError("exec: the plugin's output is not an ExecCredential")
-        if answer.get("apiVersion") != self.api_version:
+            answer = _EXEC_CREDENTIAL.decode(out)
+        except msgspec.ValidationError as exc:
             raise KubeconfigError(
-                f"exec: the plugin answered {answer.get('apiVersion')!r}, not {self.api_version!r}"
+                f"exec: the plugin's output is not an ExecCredential: {error_message(exc)}"
+            ) from exc
+        except msgspec.DecodeError as exc:
+            raise KubeconfigError(f"exec: the plugin's output is not JSON: {exc}") from exc
+        if answer.kind != "ExecCredential":
+            raise KubeconfigError("exec: the plugin's output is not an ExecCredential")
+        if answer.api_version != self.api_version:
+            raise KubeconfigError(
+                f"exec: the plugin answered {answer.api_version!r}, not {self.api_version!r}"
             )
-        status = answer.get("status")
-        if not isinstance(status, dict):
+        if answer.status is None:
             raise KubeconfigError("exec: the plugin's ExecCredential has no status")
-        return status
+        return answer.status
 
 
-def _cluster_info(cluster: Mapping[str, Any]) -> JSONObject:
+def _cluster_info(cluster: Cluster) -> JSONObject:
     """The cluster as a plugin with ``provideClusterInfo`` is told about it (client-go's
     ``Cluster`` of the ExecCredential's spec)."""
-    info: JSONObject = {"server": cluster.get("server", "")}
-    for key in (
-        "tls-server-name",
-        "insecure-skip-tls-verify",
-        "certificate-authority-data",
-        "proxy-url",
+    info: JSONObject = {"server": cluster.server or ""}
+    for key, value in (
+        ("tls-server-name", cluster.tls_server_name),
+        ("insecure-skip-tls-verify", cluster.insecure_skip_tls_verify),
+        ("certificate-authority-data", cluster.certificate_authority_data),
+        ("proxy-url", cluster.proxy_url),
     ):
-        if key in cluster:
-            info[key] = cluster[key]
+        if value is not None:
+            info[key] = value
     extension = next(
         (
-            e.get("extension")
-            for e in cluster.get("extensions") or []
-            if isinstance(e, dict) and e.get("name") == "client.authentication.k8s.io/exec"
+            e.extension
+            for e in cluster.extensions or ()
+            if e.name == "client.authentication.k8s.io/exec"
         ),
         None,
     )
@@ -313,52 +319,38 @@ def _cluster_info(cluster: Mapping[str, Any]) -> JSONObject:
     return info
 
 
-def _load_yaml(path: str) -> JSONObject:
+def _load_yaml(path: str) -> KubeconfigFile:
     import yaml  # only here: an agent in its cluster reads no kubeconfig
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with open(path, encoding="utf-8") as handle:
         document = yaml.load(handle, Loader=loader)  # a safe loader
-    if document is None:
-        return {}
-    if not isinstance(document, dict):
-        raise KubeconfigError(f"{path} is not a kubeconfig (not a mapping)")
-    return document
+    try:
+        return msgspec.convert(document or {}, KubeconfigFile)
+    except msgspec.ValidationError as exc:
+        raise KubeconfigError(f"{path} is not a kubeconfig: {error_message(exc)}") from None
 
 
-def _list(document: Mapping[str, Any], kind: str) -> list[JSONObject]:
-    items = document.get(kind) or []
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise KubeconfigError(f"{kind} is not a list of mappings")
-    return items
-
-
-def _context(config: Kubeconfig, name: str | None) -> Entry:
+def _context(config: Kubeconfig, name: str | None) -> Entry[Context]:
     chosen = name or config.current_context
     if not chosen:
         raise KubeconfigError("no context given and no current-context set")
-    return config.get("contexts", chosen)
+    return _named(config.contexts, "context", chosen)
 
 
-def _user(config: Kubeconfig, context: Entry) -> Entry | None:
-    name = _text(context.value, "user")
-    return config.get("users", name) if name else None
+def _user(config: Kubeconfig, context: Entry[Context]) -> Entry[User] | None:
+    name = context.value.user
+    return _named(config.users, "user", name) if name else None
 
 
-def _text(mapping: Mapping[str, Any], key: str, *, required: bool = False) -> str:
-    value = mapping.get(key)
-    if value is None or value == "":
-        if required:
-            raise KubeconfigError(f"{key} is missing")
-        return ""
-    if not isinstance(value, str):
-        raise KubeconfigError(f"{key} is not a string")
+def _required(value: str | None, key: str) -> str:
+    if not value:
+        raise KubeconfigError(f"{key} is missing")
     return value
 
 
-def _pem(mapping: Mapping[str, Any], key: str) -> str | None:
+def _pem(data: str | None, key: str) -> str | None:
     """A ``*-data`` field: base64 of PEM text."""
-    data = _text(mapping, key)
     if not data:
         return None
     try:
@@ -367,12 +359,11 @@ def _pem(mapping: Mapping[str, Any], key: str) -> str | None:
         raise KubeconfigError(f"{key} is not base64 of PEM text: {exc}") from exc
 
 
-def _file(entry: Entry, key: str) -> str | None:
+def _file(base: str, name: str | None, key: str) -> str | None:
     """A file field, relative to its kubeconfig's directory; the file must exist."""
-    name = _text(entry.value, key)
     if not name:
         return None
-    path = os.path.normpath(os.path.join(entry.base, os.path.expanduser(name)))
+    path = os.path.normpath(os.path.join(base, os.path.expanduser(name)))
     if not os.path.isfile(path):
         raise KubeconfigError(f"{key} {path} does not exist")
     return path

@@ -112,7 +112,21 @@ async def test_files_merge_as_kubectl_merges_them(server: APIServer, tmp_path: P
             "nowhere.crt does not exist",
             id="missing-cert-file",
         ),
-        pytest.param({"apiVersion": "v1", "clusters": "not a list"}, "not a list", id="malformed"),
+        pytest.param(
+            {"apiVersion": "v1", "clusters": "not a list"},
+            r"not a kubeconfig: \$\.clusters: expected `array \| null`, got `str`",
+            id="malformed",
+        ),
+        pytest.param(
+            {**kubeconfig("http://h"), "users": [{"user": {"token": "t"}}]},
+            r"\$\.users\[0\]\.name: missing",
+            id="an entry without a name",
+        ),
+        pytest.param(
+            kubeconfig("http://h", {"exec": {"command": "x", "args": ["a", 1]}}),
+            r"\$\.users\[0\]\.user\.exec\.args\[1\]: expected `str`, got `int`",
+            id="an exec argument that is no string",
+        ),
     ],
 )
 async def test_unusable_kubeconfigs_are_config_errors(
