@@ -54,8 +54,6 @@ class RollbackWrites:
         if self._limiter is not None:
             await self._limiter.acquire()
         answer = await self._api.request(method, NODEROLLBACKS, verb, path, body=body)
-        if not isinstance(answer, dict):
-            raise InvalidResponse(200, "InvalidResponse", "the answer is not a NodeRollback")
         try:
             return node_rollback(answer)
         except ConversionError as exc:
