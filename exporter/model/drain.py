@@ -1,5 +1,5 @@
 """Which pods a drain evicts and which it leaves on the node, and why (pure): the rollback's
-drain step (exporter.controller.steps) and ``nodesync plan`` judge each pod with
+drain step (exporter.controller.steps.drain) and ``nodesync plan`` judge each pod with
 :func:`disposition`, by the same :class:`DrainPolicy`.
 
 As ``kubectl drain``: static pods' mirrors are never evicted (kubelet runs them whatever the API
