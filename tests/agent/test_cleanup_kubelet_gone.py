@@ -40,7 +40,8 @@ from nodesync_sim.real.kube_apiserver import AGENT, LocalKubeAPIServer
 from nodesync_sim.real.runtime_pods import ContainerSpec, Pod, run_pod
 from tests.agent.settings import agent_settings
 from tests.support.kubeapi import KubeCleanup
-from tests.support.realkube import MERGE_PATCH, eventually
+from tests.support.realkube import MERGE_PATCH
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.containerd, pytest.mark.timeout(120)]
 
@@ -124,22 +125,24 @@ class Scene:
                 answers.append(status)
             return bool(answers)
 
-        await eventually(answered, f"the agent's answer to {request_id}", within, poll=0.1)
+        await until_async(
+            answered, timeout=within, what=f"the agent's answer to {request_id}", interval=0.1
+        )
         return answers[0]
 
     async def acknowledged(self) -> None:
         """Wait until the agent took the request up (``running``)."""
-        await eventually(
+        await until_async(
             lambda: (s := self.status()) is not None and s.state is CleanupState.RUNNING,
-            "the request acknowledged",
-            30,
-            poll=0.05,
+            timeout=30,
+            what="the request acknowledged",
+            interval=0.05,
         )
 
     async def looks(self, n: int) -> None:
         """Wait for ``n`` more looks of the agent's cleanup loop: n chances to act."""
         target = self.cleanup.checks + n
-        await eventually(lambda: self.cleanup.checks >= target, f"{n} more looks", 30)
+        await until_async(lambda: self.cleanup.checks >= target, timeout=30, what=f"{n} more looks")
 
     async def held(self) -> tuple[set[str], set[str]]:
         """The sandbox ids and running container ids containerd holds now."""
@@ -249,7 +252,9 @@ async def test_evicted_pods_are_left_to_a_kubelet_that_is_not_gone(
     scene.kubelet["alive"] = kubelet_alive
     scene.set_ready(ready)
     due = scene.evict("app-0")
-    await eventually(lambda: time.time() > due + 1, "the deletion to be past", 10, poll=0.1)
+    await until_async(
+        lambda: time.time() > due + 1, timeout=10, what="the deletion to be past", interval=0.1
+    )
     scene.request("r1")
     status = await scene.answer("r1")
     assert status.state is CleanupState.DONE, status

@@ -42,13 +42,13 @@ from tests.support.realkube import (
     apply_rbac,
     code,
     connect,
-    eventually,
     outage,
     received,
     requests,
     user_of,
     wait_allowed,
 )
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(120)]
 
@@ -104,7 +104,7 @@ async def test_own_object_watches_are_current_within_5s_of_the_servers_return(
                 names = [p.name for p in pods] if pods is not None else None
                 return names == ["web-0"] and None not in (objects.node(), objects.lease())
 
-            await eventually(complete, "the node's own objects")
+            await until_async(complete, timeout=10.0, what="the node's own objects")
             assert objects.up
 
             before = {r: failures.failed(r) for r in ("nodes", "leases", "pods")}
@@ -145,7 +145,7 @@ async def test_own_object_watches_are_current_within_5s_of_the_servers_return(
                     seen["node"] = now
                 return len(seen) == 3
 
-            await eventually(current, "the agent's view after the return", within=30)
+            await until_async(current, timeout=30, what="the agent's view after the return")
             assert objects.up
             pods = objects.pods()
             assert pods is not None
@@ -251,7 +251,7 @@ async def test_cleanup_request_removes_exactly_the_orphan_as_the_agents_account(
             answers.append(status)
         return bool(answers)
 
-    await eventually(answered, "the agent's answer", within=30, poll=0.1)
+    await until_async(answered, timeout=30, what="the agent's answer", interval=0.1)
     status = answers[0]
     assert status.state is CleanupState.DONE, status
     assert (status.removed_sandboxes, status.removed_containers, status.skipped) == (1, 0, 0)

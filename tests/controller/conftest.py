@@ -3,7 +3,6 @@ are known), a kubeconfig for it, and the controller app served by pytest-aiohttp
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,18 +61,6 @@ AiohttpClient = Callable[..., Awaitable[Client]]
 @pytest.fixture
 async def controller(aiohttp_client: AiohttpClient, settings: ControllerSettings) -> Client:
     return await aiohttp_client(make_app(settings, registry=CollectorRegistry()))
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool]], what: str, within: float = 15.0
-) -> None:
-    """Poll ``predicate`` until it holds; fail the test after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not await predicate():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {within} s waiting for: {what}")
-        await asyncio.sleep(0.02)
 
 
 async def scrape(client: Client) -> str:

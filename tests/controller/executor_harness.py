@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from exporter.controller.cluster import ClusterWatch
 from exporter.controller.executor import REFUSAL_REASONS, Executor, Leadership
 from exporter.controller.journal import DecisionRecord, Journal
@@ -45,6 +43,7 @@ from exporter.model.rollback import (
 from exporter.settings.declare import changed
 from nodesync_sim.fake.apiserver import APIServer
 from nodesync_sim.fake.apiserver.store import Store
+from tests.support.wait import until_async
 
 DAY = 86_400.0
 #: When the test alerts began firing (one value, so that every copy is the same episode).
@@ -281,7 +280,9 @@ class Bench:
 
     async def wait_cluster(self, nodes: int) -> None:
         await self.cluster.wait_synced()
-        await until(_count(self.cluster, nodes), f"{nodes} nodes in the cluster view")
+        await until_async(
+            _count(self.cluster, nodes), timeout=15.0, what=f"{nodes} nodes in the cluster view"
+        )
 
     # -- alerts
 
@@ -339,7 +340,7 @@ class Bench:
             active = [r for r in self.rollbacks() if r.status.phase in ACTIVE_PHASES]
             return not active and self.watch_current() and len(undecided) == len(deferred(executor))
 
-        await until(quiet, "the executor to settle", within)
+        await until_async(quiet, timeout=within, what="the executor to settle")
 
     def watch_current(self) -> bool:
         """The NodeRollback watch holds what the server holds: every one, at its version."""
@@ -356,15 +357,6 @@ def _count(cluster: ClusterWatch, n: int) -> Callable[[], Awaitable[bool]]:
         return len(cluster.view().nodes) == n
 
     return check
-
-
-async def until(predicate: Callable[[], Awaitable[bool]], what: str, within: float = 15.0) -> None:
-    """Poll ``predicate`` until it holds; fail the test after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not await predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within} s waiting for: {what}")
-        await asyncio.sleep(0.02)
 
 
 @asynccontextmanager

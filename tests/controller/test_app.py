@@ -31,7 +31,6 @@ from tests.controller.conftest import (
     AiohttpClient,
     Client,
     SimClock,
-    eventually,
     lease_object,
     node_object,
     scrape,
@@ -39,6 +38,7 @@ from tests.controller.conftest import (
 )
 from tests.metrics.exposition import labels, series
 from tests.metrics.pages import check_landing_page_and_process_metrics
+from tests.support.wait import until_async
 
 
 async def nodes_total(client: Client) -> float | None:
@@ -65,7 +65,9 @@ async def test_nodes_and_leases_appear(
             and labels(resource="nodes") in watches
         )
 
-    await eventually(three_and_watching, "three nodes and an open nodes watch in /metrics")
+    await until_async(
+        three_and_watching, timeout=15.0, what="three nodes and an open nodes watch in /metrics"
+    )
     text = await scrape(controller)
     # by default Ready only: the other conditions are behind --collector.conditions
     assert series(text, "nodesync_node_condition") == {
@@ -126,7 +128,7 @@ async def test_collector_switches_from_the_command_line(
     async def listed() -> bool:
         return await nodes_total(client) == 1.0
 
-    await eventually(listed, "the node in /metrics")
+    await until_async(listed, timeout=15.0, what="the node in /metrics")
     text = await scrape(client)
     assert {dict(k)["condition"] for k in series(text, "nodesync_node_condition")} == {
         "Ready",
@@ -147,7 +149,7 @@ async def test_openmetrics_scrape_is_one_exposition(server: APIServer, controlle
     async def listed() -> bool:
         return await nodes_total(controller) == 1.0
 
-    await eventually(listed, "the node in /metrics")
+    await until_async(listed, timeout=15.0, what="the node in /metrics")
     response = await controller.get(
         "/metrics",
         headers={"Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"},
@@ -172,11 +174,11 @@ async def test_lease_renewal_updates_the_timestamp(server: APIServer, controller
             await value(controller, "nodesync_node_lease_renew_timestamp_seconds", node="n1") == t
         )
 
-    await eventually(lambda: renewed_at(T0 + 10), "first renew time")
+    await until_async(lambda: renewed_at(T0 + 10), timeout=15.0, what="first renew time")
     lease = server.store.get("leases", "n1", namespace=LEASES)
     lease["spec"]["renewTime"] = lease_object("n1", T0 + 20.5)["spec"]["renewTime"]
     server.store.replace("leases", lease, namespace=LEASES)
-    await eventually(lambda: renewed_at(T0 + 20.5), "renewed time")
+    await until_async(lambda: renewed_at(T0 + 20.5), timeout=15.0, what="renewed time")
 
 
 async def test_deleted_node_disappears_and_its_open_wave_keeps_its_size(
@@ -190,9 +192,9 @@ async def test_deleted_node_disappears_and_its_open_wave_keeps_its_size(
     async def count(n: float) -> bool:
         return await nodes_total(controller) == n
 
-    await eventually(lambda: count(2.0), "two nodes")
+    await until_async(lambda: count(2.0), timeout=15.0, what="two nodes")
     server.store.delete("nodes", "n1")
-    await eventually(lambda: count(1.0), "one node after the delete")
+    await until_async(lambda: count(1.0), timeout=15.0, what="one node after the delete")
     text = await scrape(controller)
     assert all(("node", "n1") not in lbls for (lbls) in series(text, "nodesync_node_condition"))
     assert series(text, "nodesync_node_created_timestamp_seconds") == {labels(node="n2"): T0 + 10}
@@ -217,7 +219,7 @@ async def test_readyz_turns_ready_after_the_first_list(
     async def ready() -> bool:
         return (await client.get("/readyz")).status == 200
 
-    await eventually(ready, "/readyz 200")
+    await until_async(ready, timeout=15.0, what="/readyz 200")
     health = await client.get("/healthz")
     assert health.status == 200
     assert await health.json() == {"status": "ok", "apiserver_up": True}
@@ -232,11 +234,13 @@ async def test_apiserver_failure_then_recovery(server: APIServer, controller: Cl
     async def one_node() -> bool:
         return await nodes_total(controller) == 1.0
 
-    await eventually(one_node, "the node")
-    await eventually(lambda: up_is(1.0), "source up")
+    await until_async(one_node, timeout=15.0, what="the node")
+    await until_async(lambda: up_is(1.0), timeout=15.0, what="source up")
     server.faults.fail_next(10_000, 500, path_prefix="/api/v1/nodes")
     server.drop_watches()  # the informers must ask again, and get 500
-    await eventually(lambda: up_is(0.0), "source down while the API server fails")
+    await until_async(
+        lambda: up_is(0.0), timeout=15.0, what="source down while the API server fails"
+    )
     errors = series(await scrape(controller), "nodesync_kube_request_errors_total")
     assert sum(v for k, v in errors.items() if ("code", "500") in k) >= 1
     # the last state stays visible
@@ -248,7 +252,7 @@ async def test_apiserver_failure_then_recovery(server: APIServer, controller: Cl
     async def recovered() -> bool:
         return await up_is(1.0) and await nodes_total(controller) == 2.0
 
-    await eventually(recovered, "source up again with the node created meanwhile", within=40)
+    await until_async(recovered, timeout=40, what="source up again with the node created meanwhile")
 
 
 async def test_given_client_is_used_and_left_open(
@@ -266,7 +270,7 @@ async def test_given_client_is_used_and_left_open(
         async def one_node() -> bool:
             return await nodes_total(client) == 1.0
 
-        await eventually(one_node, "the node through the given client")
+        await until_async(one_node, timeout=15.0, what="the node through the given client")
         await client.close()
         page = await api.list(NODES)
         assert [item["metadata"]["name"] for item in page.items] == ["n1"]
@@ -321,7 +325,7 @@ async def test_landing_page_and_process_metrics(server: APIServer, controller: C
     async def listed() -> bool:
         return await nodes_total(controller) == 1.0
 
-    await eventually(listed, "the node in /metrics")
+    await until_async(listed, timeout=15.0, what="the node in /metrics")
     await check_landing_page_and_process_metrics(controller, "controller")
 
 
@@ -339,7 +343,7 @@ async def test_what_the_listed_controller_holds_is_left_out_of_full_collections(
     async def frozen() -> bool:
         return gc.get_freeze_count() > 0
 
-    await eventually(frozen, "the heap to be frozen once the view is listed")
+    await until_async(frozen, timeout=15.0, what="the heap to be frozen once the view is listed")
     assert (await client.get("/readyz")).status == 200
     await client.close()
     assert gc.get_freeze_count() == 0

@@ -32,6 +32,7 @@ from nodesync_sim.fake.apiserver.store import Store
 from tests.controller.builders import T0
 from tests.controller.conftest import LEASES, SimClock
 from tests.metrics.node_reference import reference_text
+from tests.support.wait import until_async
 
 LABEL = "example.com/scale-out"
 # Every series but the joining nodes' stages, which a from-scratch view does not have (their
@@ -63,15 +64,6 @@ async def watching(
             yield cluster
         finally:
             await cluster.stop()
-
-
-async def eventually(predicate: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not predicate():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {within} s waiting for: {what}")
-        await asyncio.sleep(0.01)
 
 
 def node_object(
@@ -154,12 +146,22 @@ async def test_a_lease_renewal_changes_only_that_nodes_lease_line(server: APISer
         server.store.create("nodes", node_object(name))
         server.store.create("leases", lease_object(name, T0 + 1), namespace=LEASES)
     async with watching(server) as cluster:
-        await eventually(lambda: served(cluster) == expected_text(server), "the first list")
+        await until_async(
+            lambda: served(cluster) == expected_text(server),
+            timeout=15.0,
+            what="the first list",
+            interval=0.01,
+        )
         before = {n: cluster.node_lines(n) for n in ("a", "b", "c")}
         lease = server.store.get("leases", "b", namespace=LEASES)
         lease["spec"]["renewTime"] = format_micro_time(T0 + 11.5)
         server.store.replace("leases", lease, namespace=LEASES)
-        await eventually(lambda: cluster.node_lines("b") != before["b"], "b's renewal")
+        await until_async(
+            lambda: cluster.node_lines("b") != before["b"],
+            timeout=15.0,
+            what="b's renewal",
+            interval=0.01,
+        )
         after = {n: cluster.node_lines(n) for n in ("a", "b", "c")}
         assert after["a"] == before["a"]
         assert after["c"] == before["c"]
@@ -176,18 +178,30 @@ async def test_a_node_change_rerenders_that_node_and_a_deleted_node_goes(
     for name in ("a", "b"):
         server.store.create("nodes", node_object(name))
     async with watching(server) as cluster:
-        await eventually(lambda: served(cluster) == expected_text(server), "the first list")
+        await until_async(
+            lambda: served(cluster) == expected_text(server),
+            timeout=15.0,
+            what="the first list",
+            interval=0.01,
+        )
         a_before = cluster.node_lines("a")
         rewrite_node(
             server, node_object("b", ready="False", transition=T0 + 40, unschedulable=True)
         )
-        await eventually(lambda: served(cluster) == expected_text(server), "b NotReady")
+        await until_async(
+            lambda: served(cluster) == expected_text(server),
+            timeout=15.0,
+            what="b NotReady",
+            interval=0.01,
+        )
         assert cluster.node_lines("a") == a_before
         assert b'node="b",status="false"} 1.0' in served(cluster)
         assert b'nodesync_node_unschedulable{node="b"} 1.0' in served(cluster)
 
         server.store.delete("nodes", "b")
-        await eventually(lambda: cluster.node_lines("b") is None, "b deleted")
+        await until_async(
+            lambda: cluster.node_lines("b") is None, timeout=15.0, what="b deleted", interval=0.01
+        )
         assert b'node="b"' not in served(cluster)
         assert served(cluster) == expected_text(server)
         assert cluster.view().node("b") is None
@@ -200,7 +214,12 @@ async def test_a_relist_replaces_everything(server: APIServer) -> None:
         server.store.create("leases", lease_object(name, T0), namespace=LEASES)
     registry = CollectorRegistry()
     async with watching(server, registry=registry) as cluster:
-        await eventually(lambda: served(cluster) == expected_text(server), "the first list")
+        await until_async(
+            lambda: served(cluster) == expected_text(server),
+            timeout=15.0,
+            what="the first list",
+            interval=0.01,
+        )
         relists = _relists(registry)
         # Without yielding to the loop: the open watches cannot see these before the
         # compaction; the informers get 410 and learn everything from new lists.
@@ -212,7 +231,12 @@ async def test_a_relist_replaces_everything(server: APIServer) -> None:
         server.store.delete("leases", "c", namespace=LEASES)
         server.store.create("leases", lease_object("d", T0 + 5), namespace=LEASES)
         server.compact()
-        await eventually(lambda: served(cluster) == expected_text(server), "after the relist")
+        await until_async(
+            lambda: served(cluster) == expected_text(server),
+            timeout=15.0,
+            what="after the relist",
+            interval=0.01,
+        )
         assert _relists(registry) == relists + 2  # Nodes and Leases
         text = served(cluster)
         assert b'node="a"' not in text
@@ -295,9 +319,11 @@ async def test_incremental_text_equals_a_from_scratch_render(server: APIServer, 
                         await asyncio.sleep(0)  # some events one by one, some in bursts
                 if checkpoint % 3 == 2:
                     server.compact()
-                await eventually(
+                await until_async(
                     functools.partial(_caught_up, cluster, server, switches),
-                    f"checkpoint {checkpoint}",
+                    timeout=15.0,
+                    what=f"checkpoint {checkpoint}",
+                    interval=0.01,
                 )
                 view = cluster.view()
                 policy = dataclasses.replace(default_policy(), scaleout_window=300.0)
@@ -318,12 +344,18 @@ def _caught_up(cluster: ClusterWatch, server: APIServer, switches: NodeCollector
 async def test_a_view_handed_out_stays_as_it_was(server: APIServer) -> None:
     server.store.create("nodes", node_object("a"))
     async with watching(server) as cluster:
-        await eventually(lambda: cluster.view().node("a") is not None, "a")
+        await until_async(
+            lambda: cluster.view().node("a") is not None, timeout=15.0, what="a", interval=0.01
+        )
         first = cluster.view()
         server.store.create("nodes", node_object("b"))
         server.store.delete("nodes", "a")
-        await eventually(lambda: cluster.view().node("b") is not None, "b")
-        await eventually(lambda: cluster.view().node("a") is None, "a deleted")
+        await until_async(
+            lambda: cluster.view().node("b") is not None, timeout=15.0, what="b", interval=0.01
+        )
+        await until_async(
+            lambda: cluster.view().node("a") is None, timeout=15.0, what="a deleted", interval=0.01
+        )
         assert [n.name for n in first.nodes] == ["a"]
         assert [n.name for n in cluster.view().nodes] == ["b"]
 

@@ -4,11 +4,8 @@ pods, which caches nothing); and judges the join SLO as time passes."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import Any
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.controller.cluster import ClusterWatch
@@ -21,17 +18,9 @@ from nodesync_sim.fake.apiserver import APIServer
 from tests.controller.builders import T0
 from tests.controller.conftest import LEASES, SimClock
 from tests.metrics.exposition import render, series
+from tests.support.wait import until_async
 
 GATE = "readiness.k8s.io/network-ready"
-
-
-async def eventually(predicate: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not predicate():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {within} s waiting for: {what}")
-        await asyncio.sleep(0.01)
 
 
 def node_object(name: str, *, ready: str, at: float, taints: list[str]) -> dict[str, Any]:
@@ -118,7 +107,12 @@ async def test_a_join_followed_stage_by_stage_from_the_api_objects(
         try:
             await cluster.wait_synced()
             server.store.create("nodes", node_object("a", ready="False", at=T0, taints=[GATE]))
-            await eventually(lambda: cluster.node_lines("a") is not None, "node a")
+            await until_async(
+                lambda: cluster.node_lines("a") is not None,
+                timeout=15.0,
+                what="node a",
+                interval=0.01,
+            )
             assert ("a", "gates_cleared") not in stage_lines(cluster)  # held by its gate
             clock.now = T0 + 4
             server.store.create(
@@ -126,22 +120,42 @@ async def test_a_join_followed_stage_by_stage_from_the_api_objects(
                 {"metadata": {"name": "a"}, "spec": {"renewTime": format_micro_time(T0 + 4)}},
                 namespace=LEASES,
             )
-            await eventually(lambda: ("a", "lease") in stage_lines(cluster), "the Lease")
+            await until_async(
+                lambda: ("a", "lease") in stage_lines(cluster),
+                timeout=15.0,
+                what="the Lease",
+                interval=0.01,
+            )
             assert stage_lines(cluster)[("a", "lease")] == T0 + 4
 
             clock.now = T0 + 40
             set_status(server, "a", ready="True", at=T0 + 38, taints=[GATE])
-            await eventually(lambda: ("a", "ready") in stage_lines(cluster), "Ready")
+            await until_async(
+                lambda: ("a", "ready") in stage_lines(cluster),
+                timeout=15.0,
+                what="Ready",
+                interval=0.01,
+            )
             clock.now = T0 + 90
             set_status(server, "a", ready="True", at=T0 + 38, taints=[])
-            await eventually(lambda: ("a", "gates_cleared") in stage_lines(cluster), "the gate")
+            await until_async(
+                lambda: ("a", "gates_cleared") in stage_lines(cluster),
+                timeout=15.0,
+                what="the gate",
+                interval=0.01,
+            )
 
             # A DaemonSet's pod runs first: it is not the node's workload.
             server.store.create("pods", pod_object("ds", "a", "DaemonSet"), namespace="default")
             server.store.create("pods", pod_object("web", "a", "ReplicaSet"), namespace="default")
             run_pod(server, "ds", T0 + 95)
             run_pod(server, "web", T0 + 99)
-            await eventually(lambda: ("a", "pod_running") in stage_lines(cluster), "the pod")
+            await until_async(
+                lambda: ("a", "pod_running") in stage_lines(cluster),
+                timeout=15.0,
+                what="the pod",
+                interval=0.01,
+            )
 
             assert stage_lines(cluster) == {
                 ("a", "lease"): T0 + 4,
@@ -155,7 +169,12 @@ async def test_a_join_followed_stage_by_stage_from_the_api_objects(
             # A node that never gets Ready is judged when the objective runs out.
             clock.now = T0 + 100
             server.store.create("nodes", node_object("b", ready="False", at=T0 + 100, taints=[]))
-            await eventually(lambda: cluster.node_lines("b") is not None, "node b")
+            await until_async(
+                lambda: cluster.node_lines("b") is not None,
+                timeout=15.0,
+                what="node b",
+                interval=0.01,
+            )
             assert judged(cluster) == {"ready": 1.0, "not_ready": 0.0}
             clock.now = T0 + 400
             assert judged(cluster) == {"ready": 1.0, "not_ready": 1.0}

@@ -26,6 +26,7 @@ from nodesync_sim.fake.apiserver import APIServer
 from tests.controller.alert_builders import alert, body
 from tests.controller.webhook_support import AUTH, TOKEN
 from tests.metrics.exposition import labels, series
+from tests.support.wait import until_async
 from tests.test_serve import answer, closed_within
 
 #: What docs/install.md promises: exit within this after SIGTERM, so that Kubernetes' default
@@ -53,16 +54,6 @@ class Controller:
 
     async def exit_code_within(self, seconds: float) -> int:
         return await asyncio.wait_for(self.process.wait(), seconds)
-
-
-async def _until(condition: object, what: str, within: float) -> None:
-    deadline = time.monotonic() + within
-    while True:
-        if await condition():  # type: ignore[operator]
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within} s waiting for: {what}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture
@@ -122,7 +113,7 @@ async def controller(
             return False
 
     try:
-        await _until(ready, "the controller ready", 60)
+        await until_async(ready, timeout=60, what="the controller ready")
         yield running
     finally:
         if process.returncode is None:
@@ -150,7 +141,7 @@ async def _in_progress(port: int) -> None:
             text = await r.text()
         return series(text, "nodesync_http_requests_in_flight").get(labels()) == 2.0
 
-    await _until(handled, "the half-sent delivery in progress", 30)
+    await until_async(handled, timeout=30, what="the half-sent delivery in progress")
 
 
 async def _listening(port: int) -> bool:
@@ -192,7 +183,7 @@ async def test_sigterm_lets_a_request_in_progress_finish(controller: Controller)
         async def stopped_listening() -> bool:
             return not await _listening(controller.port)
 
-        await _until(stopped_listening, "the listener closed", EXIT_WITHIN)
+        await until_async(stopped_listening, timeout=EXIT_WITHIN, what="the listener closed")
         writer.write(DELIVERY[len(DELIVERY) // 2 :])  # the rest, during the shutdown
         await writer.drain()
         status, _, answered = answer(await closed_within(reader, EXIT_WITHIN))
@@ -242,7 +233,9 @@ async def test_few_descriptors_many_connections_and_a_bounded_log(
         except ClientError:
             return False
 
-    await _until(room_again, "a delivery accepted once the connections closed", 30)
+    await until_async(
+        room_again, timeout=30, what="a delivery accepted once the connections closed"
+    )
     lines = controller.log().splitlines()[before:]
     assert len(lines) < 20, lines[:20]  # one line a minute per kind, not one per connection
     assert not [line for line in lines if '"level":"error"' in line], lines

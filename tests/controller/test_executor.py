@@ -49,8 +49,8 @@ from tests.controller.executor_harness import (
     running,
     settings,
     step_states,
-    until,
 )
+from tests.support.wait import until_async
 
 ROLLBACK_EVENTS = [
     "NodesyncCleanupRuntime",
@@ -157,7 +157,11 @@ async def test_a_stronger_alert_escalates_the_nodes_rollback(b: Bench) -> None:
     b.agent.hold = True
     executor = b.executor()
     await b.deliver(alert("new-1", "cleanup_orphans", fingerprint="c1"))
-    await until(lambda: _step_is(b, "cleanup_runtime", StepState.RUNNING, executor), "cleanup")
+    await until_async(
+        lambda: _step_is(b, "cleanup_runtime", StepState.RUNNING, executor),
+        timeout=15.0,
+        what="cleanup",
+    )
     [first] = b.rollbacks()
     b.agent.hold = False
     await b.deliver(alert("new-1", fingerprint="r1"))
@@ -264,7 +268,11 @@ async def test_a_pdb_that_blocks_then_allows_is_retried_and_the_rollback_finishe
         # after the server stored it: wait until it holds what the server holds
         return any(r.status.reason == "pdb_blocked" for r in b.rollbacks()) and b.watch_current()
 
-    await until(blocked, "the drain to wait on the PodDisruptionBudget, as the watch sees it")
+    await until_async(
+        blocked,
+        timeout=15.0,
+        what="the drain to wait on the PodDisruptionBudget, as the watch sees it",
+    )
     [waiting] = b.rollbacks()
     assert waiting.status.phase is Phase.WAITING
     assert executor.status().reasons == {("Waiting", "pdb_blocked"): 1}
@@ -362,7 +370,7 @@ async def test_old_nodes_failing_together_pause_every_rollback(b: Bench) -> None
     async def resumed() -> bool:
         return executor.status().paused is False
 
-    await until(resumed, "the pause to end")
+    await until_async(resumed, timeout=15.0, what="the pause to end")
     await b.settled(executor)
     assert len(b.rollbacks(Phase.SUCCEEDED)) == 1  # 10 % of a 5-node wave: one node
     assert Counter(r.reason for r in await b.decisions("refused")) == {"blast_radius_fraction": 4}
@@ -586,7 +594,11 @@ async def test_waiting_for_an_agent_holds_no_slot(b: Bench) -> None:
     b.agent.hold = True
     executor = b.executor(settings(max_concurrent_rollbacks=1, max_rollback_fraction=1.0))
     await b.deliver(alert("new-1"))
-    await until(lambda: _step_is(b, "cleanup_runtime", StepState.RUNNING, executor), "waiting")
+    await until_async(
+        lambda: _step_is(b, "cleanup_runtime", StepState.RUNNING, executor),
+        timeout=15.0,
+        what="waiting",
+    )
     await b.deliver(alert("new-2"))
 
     async def second_waits_too() -> bool:
@@ -595,7 +607,9 @@ async def test_waiting_for_an_agent_holds_no_slot(b: Bench) -> None:
             all(r.status.phase is Phase.WAITING for r in b.rollbacks()) and len(b.rollbacks()) == 2
         )
 
-    await until(second_waits_too, "the second rollback to reach its cleanup")
+    await until_async(
+        second_waits_too, timeout=15.0, what="the second rollback to reach its cleanup"
+    )
     b.agent.hold = False
     await b.settled(executor)
     assert [r.status.phase for r in b.rollbacks()] == [Phase.SUCCEEDED] * 2
@@ -612,7 +626,11 @@ async def test_queued_rollbacks_are_cordoned_and_tainted_at_once(b: Bench) -> No
     b.server.faults.add_latency(8.0, path_prefix=eviction, verb="create")
     executor = b.executor(settings(max_concurrent_rollbacks=1, max_rollback_fraction=1.0))
     await b.deliver(alert("new-1"))
-    await until(lambda: _step_is(b, "drain", StepState.RUNNING, executor), "new-1's drain")
+    await until_async(
+        lambda: _step_is(b, "drain", StepState.RUNNING, executor),
+        timeout=15.0,
+        what="new-1's drain",
+    )
     await b.deliver(alert("new-2"), alert("new-3"))
 
     async def queued_ones_fenced() -> bool:
@@ -623,7 +641,7 @@ async def test_queued_rollbacks_are_cordoned_and_tainted_at_once(b: Bench) -> No
             for n in ("new-2", "new-3")
         )
 
-    await until(queued_ones_fenced, "new-2 and new-3 cordoned and tainted", within=6.0)
+    await until_async(queued_ones_fenced, timeout=6.0, what="new-2 and new-3 cordoned and tainted")
     by_node = {r.spec.node: r for r in b.rollbacks()}
     assert dict(step_states(by_node["new-1"]))["drain"] == "running"  # the slot is still held
     assert (by_node["new-1"].status.phase, by_node["new-1"].status.reason) == (Phase.RUNNING, "")
@@ -701,7 +719,7 @@ async def test_only_the_leader_executes(b: Bench) -> None:
     second = b.executor(settings(max_rollback_fraction=1.0), leadership=two)
     await b.deliver(alert("new-1"))
     async with running(first), running(second):
-        await until(_passes(first, 0), "the executors to start")
+        await until_async(_passes(first, 0), timeout=15.0, what="the executors to start")
         assert not first.status().leader
         assert not second.status().leader
 
@@ -711,15 +729,19 @@ async def test_only_the_leader_executes(b: Bench) -> None:
             rollbacks = b.rollbacks()
             return bool(rollbacks) and rollbacks[0].status.steps[2].state is StepState.DONE
 
-        await until(cleaning, "the leader to run the rollback up to the cleanup")
+        await until_async(
+            cleaning, timeout=15.0, what="the leader to run the rollback up to the cleanup"
+        )
         assert first.status().leader
         assert not second.status().leader
         one.lead(False)  # the lead moves to the other controller mid-rollback
         first.schedule.trip()
-        await until(_not_leading(first), "the first executor to stop")
+        await until_async(_not_leading(first), timeout=15.0, what="the first executor to stop")
         b.agent.hold = False
         two.lead(True)
-        await until(_succeeded(b, 1), "the new leader to finish the rollback")
+        await until_async(
+            _succeeded(b, 1), timeout=15.0, what="the new leader to finish the rollback"
+        )
     assert [first.metrics.actions(k, "done") for k in ("cordon", "cleanup_runtime")] == [1, 0]
     assert [second.metrics.actions(k, "done") for k in ("cordon", "cleanup_runtime")] == [0, 1]
     assert nodes_patched(b.server) == 3
@@ -809,7 +831,7 @@ async def test_a_recovered_node_is_given_back_what_the_record_says_it_made(b: Be
         seen = b.cluster.view().node("new-1")
         return seen is not None and seen.conditions[0].status == "True"
 
-    await until(ready_in_view, "the view to see the node Ready")
+    await until_async(ready_in_view, timeout=15.0, what="the view to see the node Ready")
     await b.settled(executor)
     [after] = b.rollbacks()
     assert (after.status.phase, after.status.reason) == (Phase.CANCELLED, "recovered")
@@ -846,7 +868,7 @@ async def test_a_give_back_cut_short_before_its_record_is_recorded_after_a_resta
         seen = b.cluster.view().node("new-1")
         return seen is not None and seen.conditions[0].status == "True"
 
-    await until(ready_in_view, "the view to see the node Ready")
+    await until_async(ready_in_view, timeout=15.0, what="the view to see the node Ready")
     await b.settled(executor)
     [after] = b.rollbacks()
     assert (after.status.phase, after.status.reason) == (Phase.CANCELLED, "recovered")
@@ -867,7 +889,7 @@ async def test_a_paused_rollback_waits_before_its_next_step(b: Bench) -> None:
         await executor.run_once()
         return b.rollbacks()[0].status.reason == "paused"
 
-    await until(held, "the rollback to wait on its pause")
+    await until_async(held, timeout=15.0, what="the rollback to wait on its pause")
     assert nodes_patched(b.server) == 0
     await writes.change_spec(rollback.name, lambda r: dataclasses.replace(r.spec, paused=False))
     await b.settled(executor)
@@ -887,5 +909,5 @@ async def test_finished_rollbacks_are_deleted_after_the_retention(b: Bench) -> N
         await executor.run_once()
         return b.rollbacks() == []
 
-    await until(gone, "the finished rollback to be deleted")
+    await until_async(gone, timeout=15.0, what="the finished rollback to be deleted")
     assert noderollback_writes(b.server)["delete"] == 1

@@ -25,9 +25,10 @@ from nodesync_sim.fake.apiserver import APIServer
 from tests.controller.alert_builders import alert as am_alert
 from tests.controller.alert_builders import body
 from tests.controller.conftest import AiohttpClient, Client, SimClock, scrape
-from tests.controller.executor_harness import FAST, Agent, lease_object, node_object, until
+from tests.controller.executor_harness import FAST, Agent, lease_object, node_object
 from tests.controller.webhook_support import hook_settings, journal, post
 from tests.metrics.exposition import labels, series
+from tests.support.wait import until_async
 
 STARTS = float(int(time.time()) - 60)
 
@@ -104,7 +105,9 @@ async def test_posted_three_times_each_step_runs_once(
             and series(text, "nodesync_rollbacks").get(labels(phase="Succeeded")) == 1
         )
 
-    await until(done, "the rollback to finish, as the executor's metrics show", 30)
+    await until_async(
+        done, timeout=30, what="the rollback to finish, as the executor's metrics show"
+    )
     assert server.store.try_get("nodes", "new-1") is None
     assert server.counters.count("patch", "nodes") == 3
     assert server.counters.count("delete", "nodes") == 1
@@ -138,7 +141,7 @@ async def test_dry_run_through_the_app_writes_nothing(
     async def planned() -> bool:
         return await decisions(client) == 3
 
-    await until(planned, "three alerts decided")
+    await until_async(planned, timeout=15.0, what="three alerts decided")
     assert await decisions(client, "dry_run") == 1
     assert await decisions(client, "refused") == 2
     assert rollbacks(server) == 0
@@ -167,7 +170,7 @@ async def test_with_leader_election_it_executes_once_it_leads(
         text = await scrape(client)
         return series(text, "nodesync_executor_leader") == {labels(): 1.0}
 
-    await until(leading, "the controller to lead")
+    await until_async(leading, timeout=15.0, what="the controller to lead")
     lease = server.store.get("leases", "nodesync-controller", namespace="nodesync")
     assert lease["spec"]["holderIdentity"] == "controller-a"
     assert (await post(client, rollback("new-1", "00000000000000b1"))).status == 200
@@ -175,4 +178,4 @@ async def test_with_leader_election_it_executes_once_it_leads(
     async def done() -> bool:
         return rollbacks(server, Phase.SUCCEEDED) == 1
 
-    await until(done, "the rollback to finish", 30)
+    await until_async(done, timeout=30, what="the rollback to finish")

@@ -51,8 +51,8 @@ from tests.controller.executor_harness import (
     payload,
     running,
     step_states,
-    until,
 )
+from tests.support.wait import until_async
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = changed(FAST, max_rollback_fraction=1.0, cleanup_timeout=60)
@@ -168,7 +168,9 @@ async def test_sigkill_mid_rollback_another_controller_finishes_it(
             waiting = [r for r in b.rollbacks() if r.status.phase is Phase.WAITING]
             return asked and len(waiting) == 2
 
-        await until(cleaning, "the first controller to wait for both cleanups", 30)
+        await until_async(
+            cleaning, timeout=30, what="the first controller to wait for both cleanups"
+        )
         os.kill(first.pid, signal.SIGKILL)
         assert first.wait(timeout=10) == -signal.SIGKILL
     for rollback in b.rollbacks():
@@ -190,7 +192,9 @@ async def test_sigkill_mid_rollback_another_controller_finishes_it(
             assert second.poll() is None, log.read_text()
             return len(b.rollbacks(Phase.SUCCEEDED)) == 2
 
-        await until(finished, "the second controller to finish both rollbacks", 30)
+        await until_async(
+            finished, timeout=30, what="the second controller to finish both rollbacks"
+        )
 
     assert len(b.rollbacks()) == 2  # the re-sent alerts joined, nothing new was decided
     # no effect repeated: three node patches and one eviction per node, one Event per step

@@ -20,8 +20,8 @@ from tests.controller.executor_harness import (
     running,
     settings,
     step_states,
-    until,
 )
+from tests.support.wait import until_async
 
 TIMEOUT = 3.0
 
@@ -60,7 +60,7 @@ async def test_the_cleanup_timeout_counts_from_the_first_attempt_across_a_restar
             return cleanup_started() is not None
 
         async with running(b.executor(policy)):
-            await until(cleanup_running, "the cleanup step to be running")
+            await until_async(cleanup_running, timeout=15.0, what="the cleanup step to be running")
         first_start = cleanup_started()
         assert first_start is not None
 
@@ -68,7 +68,9 @@ async def test_the_cleanup_timeout_counts_from_the_first_attempt_across_a_restar
             return time.time() > first_start + TIMEOUT
 
         # The controller is gone while the timeout runs out; another one takes over.
-        await until(timed_out, "the cleanup timeout to pass, from the first attempt")
+        await until_async(
+            timed_out, timeout=15.0, what="the cleanup timeout to pass, from the first attempt"
+        )
         taken_over = time.time()
         await b.settled(b.executor(policy))
         [rollback] = b.rollbacks()

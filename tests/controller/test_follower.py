@@ -13,8 +13,9 @@ from exporter.controller.coordination import Lead
 from exporter.controller.settings import ControllerSettings
 from exporter.controller.wiring import webhook_extension
 from tests.controller.alert_builders import body
-from tests.controller.conftest import AiohttpClient, eventually
+from tests.controller.conftest import AiohttpClient
 from tests.controller.webhook_support import assert_nothing_recorded, hook_settings, post
+from tests.support.wait import until_async
 
 
 async def test_a_follower_refuses_with_503_and_closes_the_connection(
@@ -31,7 +32,9 @@ async def test_a_follower_refuses_with_503_and_closes_the_connection(
     async def ready() -> bool:
         return (await client.get("/readyz")).status == 200
 
-    await eventually(ready, "ready as a follower once the cluster view is synced")
+    await until_async(
+        ready, timeout=15.0, what="ready as a follower once the cluster view is synced"
+    )
     response = await post(client, body())
     assert response.status == 503
     assert response.headers["Connection"] == "close"

@@ -29,6 +29,7 @@ from exporter.controller.journal.schema import MIGRATIONS
 from exporter.model.alerts import episode_start
 from tests.controller.alert_builders import alert, payload
 from tests.controller.builders import T0
+from tests.support.wait import until_async
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -651,11 +652,12 @@ async def test_a_delivery_overtakes_the_calls_waiting_for_the_thread(journal: Jo
     the call in the thread, not for a pass's worth of decisions)."""
     gate = threading.Event()
     busy = asyncio.create_task(journal._run(lambda _conn: gate.wait(10)))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while journal.busy_for() is None:  # the thread is in the blocking call
-        assert loop.time() < deadline, "the blocking call did not start"
-        await asyncio.sleep(0.005)
+    await until_async(  # the thread is in the blocking call
+        lambda: journal.busy_for() is not None,
+        timeout=10,
+        what="the blocking call to start",
+        interval=0.005,
+    )
     finished: list[str] = []
 
     async def tracked(name: str, call: Awaitable[object]) -> None:

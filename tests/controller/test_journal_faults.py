@@ -9,7 +9,6 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from exporter.controller.journal import (
 from exporter.controller.journal_health import JournalHealth
 from tests.controller.alert_builders import alert, fingerprints, payload
 from tests.controller.builders import T0
+from tests.support.wait import until_async
 
 
 def exists(path: str) -> bool:
@@ -33,14 +33,6 @@ def exists(path: str) -> bool:
 def head(path: str, n: int) -> bytes:
     with open(path, "rb") as f:
         return f.read(n)
-
-
-async def until(condition: Callable[[], bool], what: str, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within} s waiting for: {what}")
-        await asyncio.sleep(0.001)
 
 
 async def test_a_write_a_lock_outlasts_fails_at_its_deadline_and_may_commit_later(
@@ -83,7 +75,12 @@ async def test_a_write_that_never_started_is_cancelled(tmp_path: Path) -> None:
     try:
         other.execute("BEGIN IMMEDIATE")
         first = asyncio.create_task(journal.record(payload(alert("aaaa")), received_at=T0))
-        await until(lambda: journal.busy_for() is not None, "the first write in the thread")
+        await until_async(
+            lambda: journal.busy_for() is not None,
+            timeout=10.0,
+            what="the first write in the thread",
+            interval=0.001,
+        )
         # queued behind the first, which waits for the lock: cancelled at its deadline
         with pytest.raises(JournalTimeout, match="could not start"):
             await journal.record(payload(alert("bbbb")), received_at=T0, within=0.2)

@@ -18,11 +18,11 @@ from exporter.controller.plan_command import run
 from exporter.controller.settings import ControllerSettings, PlanSettings
 from exporter.settings.server import ServerSettings
 from nodesync_sim.fake.apiserver import APIServer
-from tests.controller.conftest import eventually
 from tests.controller.served_hook import ServedHook, intake, served_hook
 from tests.controller.test_webhook_hardening import _post
 from tests.controller.webhook_support import hook_settings
 from tests.model.payload_corpus import AM_BODY, INVALID, NAMES, RAW, body
+from tests.support.wait import until_async
 
 
 def corpus() -> list[tuple[str, bytes]]:
@@ -81,7 +81,7 @@ async def _decided_alike(hook: ServedHook, planned: dict[str, list[str]]) -> Non
     async def synced() -> bool:
         return bool(hook.served.runner.app[CLUSTER].synced)
 
-    await eventually(synced, "the cluster view")
+    await until_async(synced, timeout=15.0, what="the cluster view")
     await intake(hook).run_once()
     decided = {d.alert_key[0]: d.reason for d in await hook.journal.decisions()}
     for name, data, expected in NAMES:

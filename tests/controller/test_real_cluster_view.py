@@ -32,13 +32,13 @@ from tests.support.realkube import (
     apply_rbac,
     code,
     connect,
-    eventually,
     outage,
     received,
     requests,
     user_of,
     wait_allowed,
 )
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(120)]
 
@@ -99,12 +99,13 @@ async def test_cluster_view_and_leader_are_current_within_5s_of_the_servers_retu
             async with asyncio.timeout(20):
                 await watch.wait_synced()
                 await elector.wait_leader()
-            await eventually(
+            await until_async(
                 lambda: (
                     watch.view().node("old-node") is not None
                     and watch.lease_renew_time("old-node") is not None
                 ),
-                "the old node and its Lease",
+                timeout=10.0,
+                what="the old node and its Lease",
             )
             assert watch.status().up
 
@@ -140,7 +141,7 @@ async def test_cluster_view_and_leader_are_current_within_5s_of_the_servers_retu
                     seen["leader"] = now
                 return len(seen) == 3
 
-            await eventually(current, "the view and the leader after the return", within=30)
+            await until_async(current, timeout=30, what="the view and the leader after the return")
         finally:
             election.cancel()
             with contextlib.suppress(asyncio.CancelledError):

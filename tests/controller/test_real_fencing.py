@@ -34,7 +34,8 @@ from nodesync_sim.real.kube_apiserver import ADMIN, LocalKubeAPIServer
 from tests.controller.executor_harness import node_object
 from tests.support.controllers import NODEROLLBACKS, alert, payload
 from tests.support.kubeapi import KubeCleanup
-from tests.support.realkube import eventually, is_product
+from tests.support.realkube import is_product
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(180)]
 
@@ -137,7 +138,7 @@ async def test_the_accepted_node_is_cordoned_within_1s_of_a_delivery_with_100_re
             view = cluster.view()
             return all(view.node(name) is not None for name in ours)
 
-        await eventually(in_view, "the controller to see every node of the test", within=30)
+        await until_async(in_view, timeout=30, what="the controller to see every node of the test")
         # The accepted alert comes last: before, it waited for every refusal ahead of it.
         body = payload(*(alert(name) for name in protected), alert(failing))
         sent = time.time()
@@ -153,7 +154,7 @@ async def test_the_accepted_node_is_cordoned_within_1s_of_a_delivery_with_100_re
             cordons[:] = [e for e in server.audit_events() if _is_cordon_of(failing)(e)]
             return bool(cordons)
 
-        await eventually(cordoned, f"the cordon of {failing}", within=60, poll=0.1)
+        await until_async(cordoned, timeout=60, what=f"the cordon of {failing}", interval=0.1)
         fenced = _completed(cordons[0]) - sent
         print(
             f"[fencing] acknowledged after {acknowledged - sent:.3f} s, "
@@ -164,8 +165,10 @@ async def test_the_accepted_node_is_cordoned_within_1s_of_a_delivery_with_100_re
 
         # Every refusal is recorded, in the metrics and the journal...
         metrics = app[EXECUTOR].metrics
-        await eventually(
-            lambda: metrics.refusals("protected") >= REFUSED, "every refusal counted", within=30
+        await until_async(
+            lambda: metrics.refusals("protected") >= REFUSED,
+            timeout=30,
+            what="every refusal counted",
         )
         assert metrics.refusals("protected") == REFUSED
         journal: Journal = app[JOURNAL]
@@ -174,11 +177,11 @@ async def test_the_accepted_node_is_cordoned_within_1s_of_a_delivery_with_100_re
         assert {d.reason for d in refused} == {"protected"}
 
         # ... and each gets its Event, after the fencing, at the budget's pace.
-        await eventually(
+        await until_async(
             lambda: len(_refused_events(server, ours)) == REFUSED,
-            "an Event for every refused alert",
-            within=90,
-            poll=0.5,
+            timeout=90,
+            what="an Event for every refused alert",
+            interval=0.5,
         )
         on = sorted(e["involvedObject"]["name"] for e in _refused_events(server, ours))
         assert on == sorted(protected)

@@ -22,7 +22,7 @@ from exporter.controller.wiring import webhook_extension
 from exporter.model.payload import MAX_ALERTS
 from tests.controller.alert_builders import alert, body, payload
 from tests.controller.builders import T0
-from tests.controller.conftest import AiohttpClient, Client, eventually, scrape
+from tests.controller.conftest import AiohttpClient, Client, scrape
 from tests.controller.webhook_support import (
     AUTH,
     TOKEN,
@@ -33,6 +33,7 @@ from tests.controller.webhook_support import (
     start_hook,
 )
 from tests.metrics.exposition import labels, series
+from tests.support.wait import until_async
 
 
 @pytest.fixture
@@ -293,7 +294,7 @@ async def test_a_locked_journal_is_a_503_and_the_retry_succeeds(
     async def ready() -> bool:  # the journal takes writes again
         return (await hook.get("/readyz")).status == 200
 
-    await eventually(ready, "/readyz to answer 200")
+    await until_async(ready, timeout=15.0, what="/readyz to answer 200")
     retry = await post(hook, body(alert("aaaa")))
     assert retry.status == 200
     answer = await retry.json()
@@ -350,7 +351,7 @@ async def test_old_entries_are_pruned_at_start(
     async def pruned() -> bool:
         return journal(hook).last_counts.alerts["firing"] == 0
 
-    await eventually(pruned, "the old alert pruned")
+    await until_async(pruned, timeout=15.0, what="the old alert pruned")
     assert await journal(hook).deliveries() == []
 
 

@@ -41,9 +41,9 @@ from exporter.model.payload import PayloadError, decode_payload
 from exporter.settings.server import ServerSettings
 from tests.controller.alert_builders import alert, body, rfc3339
 from tests.controller.builders import T0
-from tests.controller.conftest import eventually
 from tests.controller.served_hook import ServedHook, intake, served_hook
 from tests.controller.webhook_support import AUTH, hook_settings
+from tests.support.wait import until_async
 
 SEED = 16
 SENDERS = 4
@@ -319,7 +319,7 @@ async def test_ten_thousand_generated_deliveries(
     async def synced() -> bool:
         return bool(hook.served.runner.app[CLUSTER].synced)
 
-    await eventually(synced, "the cluster view")
+    await until_async(synced, timeout=15.0, what="the cluster view")
     decided = await intake(hook).run_once()
     decisions = await hook.journal.decisions()
     assert decided == len(decisions) > 0

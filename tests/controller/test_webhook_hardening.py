@@ -24,9 +24,9 @@ from exporter.logs import JSONFormatter
 from exporter.model.names import is_dns1123_subdomain
 from exporter.settings.server import ServerSettings
 from tests.controller.alert_builders import alert, body
-from tests.controller.conftest import eventually
 from tests.controller.served_hook import ServedHook, intake, served_hook
 from tests.controller.webhook_support import AUTH, hook_settings
+from tests.support.wait import until_async
 from tests.test_serve import answer, closed_within, connect
 
 SERVER = ServerSettings(idle_timeout=30, read_timeout=0.5, max_connections=1000, shutdown_timeout=2)
@@ -121,7 +121,7 @@ async def test_300_idle_connections_do_not_delay_a_delivery(hook: ServedHook) ->
         return len(server.connections) >= 300
 
     try:
-        await eventually(accepted, "300 idle connections accepted")
+        await until_async(accepted, timeout=15.0, what="300 idle connections accepted")
         started = time.monotonic()
         code, _, answered = await _post(hook, DELIVERY, None)
         took = time.monotonic() - started
@@ -161,7 +161,7 @@ async def test_invalid_names_are_refused_alone_and_never_requested(
     async def synced() -> bool:
         return hook.served.runner.app[CLUSTER].synced
 
-    await eventually(synced, "the cluster view")
+    await until_async(synced, timeout=15.0, what="the cluster view")
     deciding = intake(hook)
     with caplog.at_level(logging.INFO):
         assert await deciding.run_once() == len(INVALID) + 1

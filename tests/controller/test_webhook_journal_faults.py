@@ -24,10 +24,11 @@ import pytest
 from exporter.controller.settings import ControllerSettings, WebhookSettings
 from exporter.model.alerts import Alert
 from tests.controller.alert_builders import alert, body, fingerprints
-from tests.controller.conftest import AiohttpClient, Client, eventually, scrape
+from tests.controller.conftest import AiohttpClient, Client, scrape
 from tests.controller.webhook_support import hook_settings, journal, post, start_hook
 from tests.metrics.exposition import labels, series
 from tests.support.filesystems import Freezable, fill, freezable_ext4, small_tmpfs
+from tests.support.wait import until_async
 
 HEALTH_LOGGER = "exporter.controller.journal_health"
 
@@ -42,23 +43,23 @@ async def readyz(client: Client) -> tuple[int, str]:
 
 
 async def until_ready(client: Client, within: float = 15.0) -> None:
-    async def ready() -> bool:
-        return (await readyz(client))[0] == 200
-
-    await eventually(ready, "/readyz to answer 200", within)
+    await until_async(
+        lambda: readyz(client),
+        accept=lambda answer: answer[0] == 200,
+        timeout=within,
+        what="/readyz to answer 200",
+    )
 
 
 async def until_not_ready(client: Client, *reasons: str, within: float = 15.0) -> str:
     """Poll /readyz until it fails for one of ``reasons``; its message."""
-    seen: list[str] = []
-
-    async def not_ready() -> bool:
-        code, status = await readyz(client)
-        seen[:] = [status]
-        return code == 503 and any(f"({reason})" in status for reason in reasons)
-
-    await eventually(not_ready, f"/readyz to fail with one of {reasons}", within)
-    return seen[0]
+    _, status = await until_async(
+        lambda: readyz(client),
+        accept=lambda answer: answer[0] == 503 and any(f"({r})" in answer[1] for r in reasons),
+        timeout=within,
+        what=f"/readyz to fail with one of {reasons}",
+    )
+    return status
 
 
 def on_disk(path: Path) -> set[str]:

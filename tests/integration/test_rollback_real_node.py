@@ -31,7 +31,7 @@ from nodesync_sim.real.containerd import LocalContainerd
 from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 from tests.agent.settings import agent_settings
 from tests.controller.alert_builders import body
-from tests.controller.conftest import eventually
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.containerd, pytest.mark.timeout(120)]
 
@@ -149,7 +149,9 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
             text = await (await agent.get("/metrics")).text()
             return 'nodesync_drift_pods{kind="orphan_sandbox"} 1.0' in text
 
-        await eventually(orphan_reported, "the agent to report the orphan sandbox")
+        await until_async(
+            orphan_reported, timeout=15.0, what="the agent to report the orphan sandbox"
+        )
         alert = Alert(
             fingerprint="00000000000000aa",
             status="firing",
@@ -168,12 +170,12 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
         async def orphan_gone() -> bool:
             return orphan.sandbox_id not in await _sandbox_ids(containerd.endpoint)
 
-        await eventually(orphan_gone, "the agent's cleanup to remove the orphan", within=60)
+        await until_async(orphan_gone, timeout=60, what="the agent's cleanup to remove the orphan")
 
         async def node_deleted() -> bool:
             return api.store.try_get("nodes", NODE) is None
 
-        await eventually(node_deleted, "the rollback to delete the node", within=60)
+        await until_async(node_deleted, timeout=60, what="the rollback to delete the node")
 
         # The desired pod's sandbox was never the agent's to remove.
         assert desired.sandbox_id in await _sandbox_ids(containerd.endpoint)
@@ -185,7 +187,7 @@ async def test_rollback_removes_the_orphan_keeps_desired_pods_and_deletes_the_no
         async def deletion_counted() -> bool:
             return done in await (await controller.get("/metrics")).text()
 
-        await eventually(deletion_counted, "the deletion step to finish", within=30)
+        await until_async(deletion_counted, timeout=30, what="the deletion step to finish")
         # Cordon and taint came before the deletion (the Events say so, in order).
         events = api.store.list("events", namespace="default")
         reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == NODE]

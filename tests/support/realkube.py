@@ -13,7 +13,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import psutil
-import pytest
 import yaml
 
 from exporter.kube.api import KubeAPI
@@ -22,6 +21,7 @@ from exporter.kube.observer import RequestObserver
 from exporter.model.rfc3339 import parse_time
 from nodesync_sim.real.kube_apiserver import ADMIN, LocalKubeAPIServer
 from tests.support.kubeapi import KubeCleanup
+from tests.support.wait import until_async
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT_RBAC = REPO_ROOT / "deploy" / "base" / "agent-rbac.yaml"
@@ -111,13 +111,10 @@ def wait_allowed(
 async def eventually(
     predicate: Callable[[], Any], what: str, within: float = 10.0, *, poll: float = 0.01
 ) -> float:
-    """Poll ``predicate`` in the event loop until it is truthy; the seconds it took. Fails the
-    test after ``within`` seconds."""
+    """:func:`tests.support.wait.until_async` with the seconds it took, for the contract tests
+    that read it."""
     started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > within:
-            pytest.fail(f"timed out after {within} s waiting for: {what}")
-        await asyncio.sleep(poll)
+    await until_async(predicate, timeout=within, what=what, interval=poll)
     return time.monotonic() - started
 
 
@@ -179,7 +176,7 @@ async def audit_event(
         found[:] = [event for event in server.audit_events() if predicate(event)][:1]
         return bool(found)
 
-    await eventually(find, "a matching audit event", within, poll=0.1)
+    await until_async(find, timeout=within, what="a matching audit event", interval=0.1)
     return found[0]
 
 
@@ -209,7 +206,9 @@ async def all_closed(server: LocalKubeAPIServer) -> None:
     """Wait until this process has no connection to the server left, after its clients were
     closed: a request cancelled in flight is closed by aiohttp gracefully, in the background,
     and must be done before the test's event loop ends (else: unclosed transport)."""
-    await eventually(lambda: connections_to(server) == [], "the connections to close")
+    await until_async(
+        lambda: connections_to(server) == [], timeout=10.0, what="the connections to close"
+    )
 
 
 class FailureCounter:
@@ -248,6 +247,8 @@ async def outage(
     a thread, so the clients keep trying meanwhile. Returns the monotonic time at which
     start_apiserver() returned: /readyz answered 200 to admin and to anonymous."""
     await asyncio.to_thread(server.stop_apiserver)
-    await eventually(failed_enough, "the clients to fail while the server is away", within)
+    await until_async(
+        failed_enough, timeout=within, what="the clients to fail while the server is away"
+    )
     await asyncio.to_thread(server.start_apiserver)
     return time.monotonic()
