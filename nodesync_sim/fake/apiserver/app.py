@@ -2,7 +2,7 @@
 
 Request path through the middlewares, outermost first:
 1. `_errors_and_counters`: parses the RequestInfo, turns APIError into a Status response, and
-   counts every request by (verb, resource, code).
+   counts every request by (verb, resource, code) and records it in the audit log.
 2. `_auth`: Kubernetes and /_sim paths need a known bearer token (401), then the authorizer
    hook (403). /version, /healthz, /livez, /readyz are public, as with anonymous auth on.
 3. `_faults`: injected latency and failures, Kubernetes paths only.
@@ -19,6 +19,7 @@ Admin endpoints (outside the Kubernetes paths, token required):
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from nodesync_sim.fake.apiserver import errors
+from nodesync_sim.fake.apiserver.audit import AuditLog, AuditRecord
 from nodesync_sim.fake.apiserver.auth import Authorizer, TokenAuthenticator, allow_all
 from nodesync_sim.fake.apiserver.counters import RequestCounters
 from nodesync_sim.fake.apiserver.discovery import VERSION_INFO
@@ -56,6 +58,7 @@ STORE = web.AppKey("store", Store)
 HUB = web.AppKey("hub", WatchHub)
 FAULTS = web.AppKey("faults", Faults)
 COUNTERS = web.AppKey("counters", RequestCounters)
+AUDIT = web.AppKey("audit", AuditLog)
 AUTHENTICATOR = web.AppKey("authenticator", TokenAuthenticator)
 SETTINGS = web.AppKey("settings", ServerSettings)
 _INFO = web.RequestKey("request_info", RequestInfo)
@@ -70,6 +73,18 @@ def _status_response(err: errors.APIError) -> web.Response:
     resp = json_response(dumps(err.status()), err.code)
     resp.headers.update(err.headers)
     return resp
+
+
+async def _created_name(request: web.Request, info: RequestInfo, code: int) -> str:
+    """The name a create's body asks for (a real server's audit log has it from the body)."""
+    if info.verb != "create" or info.subresource or code == 499 or not request.body_exists:
+        return ""
+    try:
+        body = json.loads(await request.read())  # read once already: aiohttp keeps it
+    except (ValueError, ConnectionError):
+        return ""
+    metadata = body.get("metadata") if isinstance(body, dict) else None
+    return str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
 
 
 @web.middleware
@@ -95,6 +110,20 @@ async def _errors_and_counters(request: web.Request, handler: Handler) -> web.St
         return _status_response(errors.internal(str(exc)))
     finally:
         request.app[COUNTERS].record(info.verb, info.resource_label, code)
+        if info.is_resource_request:
+            request.app[AUDIT].record(
+                AuditRecord(
+                    user=request.get(_USER, ""),
+                    user_agent=request.headers.get("User-Agent", ""),
+                    verb=info.verb,
+                    resource=info.resource,
+                    subresource=info.subresource,
+                    namespace=info.namespace,
+                    name=info.name or await _created_name(request, info, code),
+                    code=code,
+                    query=dict(request.query),
+                )
+            )
 
 
 @web.middleware
@@ -240,6 +269,7 @@ def create_app(
     settings: ServerSettings | None = None,
     faults: Faults | None = None,
     counters: RequestCounters | None = None,
+    audit: AuditLog | None = None,
 ) -> web.Application:
     """The test API server as an aiohttp application over `store`."""
     app = web.Application(middlewares=[_errors_and_counters, _auth, _faults])
@@ -247,6 +277,7 @@ def create_app(
     app[HUB] = WatchHub()
     app[FAULTS] = faults or Faults()
     app[COUNTERS] = counters or RequestCounters()
+    app[AUDIT] = audit if audit is not None else AuditLog()
     app[AUTHENTICATOR] = TokenAuthenticator(tokens)
     app[SETTINGS] = settings or ServerSettings()
     app.cleanup_ctx.append(_lifecycle)

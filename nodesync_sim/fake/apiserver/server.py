@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from nodesync_sim.fake.apiserver.app import HUB, ServerSettings, create_app
+from nodesync_sim.fake.apiserver.audit import AuditLog
 from nodesync_sim.fake.apiserver.auth import Authorizer, allow_all
 from nodesync_sim.fake.apiserver.counters import RequestCounters
 from nodesync_sim.fake.apiserver.faults import Faults
@@ -98,6 +99,8 @@ class APIServer:
         self.store = store or Store(history_limit=history_limit, history_seconds=history_seconds)
         self.faults = Faults()
         self.counters = RequestCounters()
+        #: Every resource request answered, in order (who, what, which object, the status).
+        self.audit = AuditLog()
         self.settings = ServerSettings(
             bookmark_interval=bookmark_interval,
             watch_timeout=watch_timeout,
@@ -120,6 +123,7 @@ class APIServer:
             settings=self.settings,
             faults=self.faults,
             counters=self.counters,
+            audit=self.audit,
         )
         runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0
