@@ -1,10 +1,11 @@
 """Fixtures for the API boundary: the test API server in the test's loop, a KubeAPI with request
-metrics, and helpers to run informers and wait for conditions."""
+metrics, ``cluster`` (either API server, for the contract suites: tests/kube/cluster.py), and
+helpers to run informers and wait for conditions."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -15,6 +16,9 @@ from exporter.kube.api import KubeAPI
 from exporter.kube.informer import Informer, InformerTiming
 from exporter.metrics.kube_requests import KubeRequestMetrics
 from nodesync_sim.fake.apiserver import APIServer
+from nodesync_sim.real.kube_apiserver import CONTROLLER, LocalKubeAPIServer
+from tests.kube.cluster import FAKE, REAL, SERVERS, Cluster, FakeCluster, RealCluster
+from tests.support.realkube import CONTROLLER_RBAC, DELETE_NODES_RBAC, rbac_applied
 
 T = TypeVar("T")
 
@@ -74,6 +78,47 @@ class Recorder:
 async def server() -> AsyncIterator[APIServer]:
     async with APIServer(bookmark_interval=0.1) as srv:
         yield srv
+
+
+@pytest.fixture(params=SERVERS)
+async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    """The test API server (a new one) or the session's real kube-apiserver, with a namespace
+    of the test's own; what the test created on the real one is deleted after it."""
+    if request.param == FAKE:
+        async with APIServer(bookmark_interval=0.1) as srv:
+            yield FakeCluster(srv, "contract")
+        return
+    real = RealCluster(request.getfixturevalue("kubeapi"))
+    try:
+        yield real
+    finally:
+        real.close()
+
+
+@pytest.fixture(scope="module")
+def controller_rbac(kubeapi: LocalKubeAPIServer) -> Iterator[None]:
+    """The controller's shipped RBAC, with the delete-nodes component, for the module."""
+    with rbac_applied(kubeapi, CONTROLLER, [CONTROLLER_RBAC, DELETE_NODES_RBAC], ["/api/v1/nodes"]):
+        yield
+
+
+@pytest.fixture
+async def controller_api(
+    cluster: Cluster, request: pytest.FixtureRequest
+) -> AsyncIterator[KubeAPI]:
+    """The product's client as the controller's service account."""
+    if cluster.kind == REAL:
+        request.getfixturevalue("controller_rbac")
+    async with await cluster.client(CONTROLLER) as client:
+        yield client
+
+
+@pytest.fixture
+def node(cluster: Cluster) -> str:
+    """A fresh Node of the test's own (a real server gives it the not-ready taint)."""
+    name = cluster.unique("node")
+    cluster.create(cluster.path("nodes"), {"metadata": {"name": name}})
+    return name
 
 
 @pytest.fixture
