@@ -78,7 +78,7 @@ class Audit:
         if self._dry_run or not target.name:
             return
         try:
-            await self._writer.record_event(
+            await self._writer.events.record_event(
                 kind=target.kind,
                 namespace=target.namespace,
                 name=target.name,

@@ -118,32 +118,6 @@ class KubeWriter:
     ) -> EvictionResult:
         return await self.evictions.evict(namespace, name, uid, timeout=timeout)
 
-    async def eviction_api_version(self) -> str:
-        return await self.evictions.eviction_api_version()
-
-    async def record_event(
-        self,
-        *,
-        kind: str,
-        namespace: str,
-        name: str,
-        uid: str,
-        reason: str,
-        message: str,
-        type: str = "Normal",
-        key: str,
-    ) -> WriteResult:
-        return await self.events.record_event(
-            kind=kind,
-            namespace=namespace,
-            name=name,
-            uid=uid,
-            reason=reason,
-            message=message,
-            type=type,
-            key=key,
-        )
-
     # ------------------------------------------------------------------ the Node
 
     async def cordon(self, node: str) -> WriteResult:

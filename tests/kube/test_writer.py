@@ -270,7 +270,7 @@ async def test_dry_run_reads_but_writes_nothing(
         await writer.add_taint(node, ROLLBACK),
         await writer.annotate_node(node, {"a": "1"}),
         await writer.delete_node(node, uid),
-        await writer.record_event(
+        await writer.events.record_event(
             kind="Node", namespace="", name=node, uid=uid, reason="R", message="m", key="k"
         ),
     ]

@@ -78,7 +78,7 @@ async def test_eviction_uses_the_version_from_discovery_and_is_idempotent(
         again = await writer.evict(namespace, "web", uid)
         assert (again.outcome, again.attempts) == ("evicted", 0), again
         assert "terminating" in again.detail
-        version = await writer.eviction_api_version()
+        version = await writer.evictions.eviction_api_version()
     # 1.20 serves policy/v1beta1 only; the test server serves policy/v1 as 1.22 and later do.
     assert version == {FAKE: "policy/v1", REAL: "policy/v1beta1"}[cluster.kind]
 
@@ -274,7 +274,7 @@ async def test_events_are_recorded_once_per_key_and_found_by_the_uid(
             cluster.cleanup.delete_later(f"{events}/{event_name(node, k)}")
 
     async def record(key: str, message: str = "cordoned by rollback of alert abc") -> bool:
-        result = await writer.record_event(
+        result = await writer.events.record_event(
             kind="Node",
             namespace="",
             name=node,
@@ -314,7 +314,7 @@ async def test_pod_events_go_to_the_pods_namespace(
 ) -> None:
     created = pod(cluster, "web", node)
     writer = KubeWriter(controller_api, component="nodesync-test")
-    result = await writer.record_event(
+    result = await writer.events.record_event(
         kind="Pod",
         namespace=cluster.namespace,
         name="web",
@@ -349,7 +349,7 @@ async def test_events_show_in_kubectl_describe(
         ("Node", "", node, node_uid, "NodesyncCordon", "cordoned again", "Warning", key),
         ("Pod", cluster.namespace, "web", pod_uid, "NodesyncEvict", "evicted web", "Normal", "e"),
     ):
-        await writer.record_event(
+        await writer.events.record_event(
             kind=kind, namespace=namespace, name=name, uid=uid, reason=reason,
             message=message, type=type_, key=k,
         )  # fmt: skip
@@ -378,7 +378,7 @@ def test_event_names_are_deterministic_and_valid() -> None:
 
 async def test_event_type_must_be_normal_or_warning(controller_api: KubeAPI) -> None:
     with pytest.raises(ValueError, match="Normal or Warning"):
-        await KubeWriter(controller_api).record_event(
+        await KubeWriter(controller_api).events.record_event(
             kind="Node",
             namespace="",
             name="node-a",
