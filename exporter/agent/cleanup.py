@@ -42,6 +42,7 @@ from exporter.model.cleanup import (
     Remaining,
     Selection,
     pending_request,
+    remaining_after,
     select,
 )
 from exporter.model.drift import Drift, DriftItem, DriftKind, compute_drift, kubelet_gone
@@ -298,11 +299,8 @@ class NodeCleanup:
         )
 
     async def _remaining(self, requested: Drift, pods: list[PodInfo], gone: bool) -> Remaining:
-        """What the runtime, listed again, still holds that nobody wants. With the kubelet gone,
-        every cleanable item of the re-list: nobody else will remove them. With a kubelet, the
-        items of the drift the cleanup acted on (``requested``) that the re-list still reports:
-        a sandbox orphaned since that drift was taken (a pod whose deletion the kubelet just
-        confirmed) is the kubelet's to collect, as the cleanup itself leaves it."""
+        """What the runtime, listed again, still holds that nobody wants (by the rule of
+        exporter.model.cleanup.remaining_after, with the kubelet gone or not)."""
         sandboxes, containers = await asyncio.gather(
             self._runtime.list_pod_sandboxes(), self._runtime.list_containers()
         )
@@ -311,9 +309,7 @@ class NodeCleanup:
         after = compute_drift(
             pods, snapshot, (), now, grace_seconds=requested.grace_seconds, kubelet_gone=gone
         )
-        if gone:
-            return Remaining.of(after)
-        return Remaining.of_items(select(requested, after, pods, now).act)
+        return remaining_after(requested, after, pods, now, kubelet_gone=gone)
 
     async def _remove_sandbox(self, item: DriftItem) -> bool:
         try:

@@ -17,7 +17,7 @@ whose deletion is not due yet, or whose sandboxes the drift the request is answe
 show yet, so that it removes them rather than answer while they still run.
 
 After acting, the agent lists the runtime again and reports what it still holds that nobody
-wants (:class:`Remaining`): the controller's verify step passes only when that is nothing.
+wants (:func:`remaining_after`): the controller's verify step passes only when that is nothing.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ ANSWERS = frozenset({CleanupState.DONE, CleanupState.FAILED, CleanupState.UNAVAI
 
 @dataclass(frozen=True, slots=True)
 class Remaining:
-    """What the runtime still holds, after a cleanup, that nobody wants: the cleanable items
-    (orphan and stale sandboxes, orphan containers) of drift computed from a re-list.
-    ``pods``: ``namespace/name`` (or the uid when the runtime gives no name) of the first
+    """What the runtime still holds, after a cleanup, that nobody wants (:func:`remaining_after`):
+    counts of cleanable items (orphan and stale sandboxes, orphan containers). ``pods``:
+    ``namespace/name`` (or the uid when the runtime gives no name) of the first
     :data:`REMAINING_PODS_MAX` pods they belong to, sorted."""
 
     sandboxes: int = 0
@@ -70,10 +70,6 @@ class Remaining:
     @property
     def empty(self) -> bool:
         return self.sandboxes == 0 and self.containers == 0
-
-    @classmethod
-    def of(cls, drift: Drift) -> Remaining:
-        return cls.of_items([i for kind in CLEANABLE for i in drift.of(kind)])
 
     @classmethod
     def of_items(cls, items: Sequence[DriftItem]) -> Remaining:
@@ -249,3 +245,22 @@ def select(
                 act.append(item)
     waiting = _waiting(requested, fresh, live_pods, now, held) if kubelet_gone else []
     return Selection(tuple(act), tuple(skipped), tuple(waiting))
+
+
+def remaining_after(
+    requested: Drift,
+    relisted: Drift,
+    live_pods: Iterable[PodInfo],
+    now: float,
+    *,
+    kubelet_gone: bool,
+) -> Remaining:
+    """What a runtime listed again after a cleanup (``relisted``: its drift, computed with the
+    same ``kubelet_gone``) still holds that nobody wants. With the kubelet gone, every cleanable
+    item of the re-list: nobody else will remove them. With a live kubelet, only what the
+    cleanup selected from the drift it acted on (``requested``) and the re-list still finds: an
+    item orphaned since that drift was taken (a pod whose deletion the kubelet just confirmed)
+    is the kubelet's to collect, as the cleanup itself leaves it."""
+    if kubelet_gone:
+        return Remaining.of_items([i for kind in CLEANABLE for i in relisted.of(kind)])
+    return Remaining.of_items(select(requested, relisted, live_pods, now).act)

@@ -15,6 +15,7 @@ from exporter.model.cleanup import (
     Remaining,
     desired_uids,
     pending_request,
+    remaining_after,
     select,
 )
 from exporter.model.drift import Drift, DriftItem, DriftKind, compute_drift
@@ -317,21 +318,79 @@ def test_desired_uids_with_the_kubelet_gone_end_at_the_deletion_timestamp() -> N
 # ---------------------------------------------------------------- what remains
 
 
-def test_remaining_counts_the_cleanable_items_of_a_relisted_drift() -> None:
-    assert Remaining.of(REQUESTED) == Remaining(
-        2, 1, ("default/gone", "default/lost", "default/web")
+NEW = sandbox("u-new", id="sb-new", name="new", created_at=OLD)
+DESIRED_AGAIN = [*PODS, pod("u-gone", "gone")]
+EVERY_KIND = ([WEB_OLD, WEB_NEW, GONE], [GONE_APP, LOST_APP, WEB_APP])
+CLEANED = ([WEB_NEW], [WEB_APP])
+LEFT_BY_THE_CLEANUP = Remaining(2, 1, ("default/gone", "default/lost", "default/web"))
+
+
+@pytest.mark.parametrize(
+    ("pods", "runtime", "gone", "left"),
+    [
+        pytest.param(PODS, EVERY_KIND, False, LEFT_BY_THE_CLEANUP, id="live:-nothing-removed"),
+        pytest.param(PODS, EVERY_KIND, True, LEFT_BY_THE_CLEANUP, id="gone:-nothing-removed"),
+        pytest.param(PODS, CLEANED, False, Remaining(), id="live:-all-removed-missing-is-not-held"),
+        pytest.param(PODS, CLEANED, True, Remaining(), id="gone:-all-removed-missing-is-not-held"),
+        pytest.param(
+            PODS, ([WEB_NEW, NEW], [WEB_APP]), False, Remaining(), id="live:-new-orphan-kubelets"
+        ),
+        pytest.param(
+            PODS,
+            ([WEB_NEW, NEW], [WEB_APP]),
+            True,
+            Remaining(1, 0, ("default/new",)),
+            id="gone:-new-orphan-counts",
+        ),
+        pytest.param(
+            [*PODS, EVICTED],
+            ([WEB_NEW, EVICTED_SB], [WEB_APP, EVICTED_APP]),
+            False,
+            Remaining(),
+            id="live:-a-deleted-pods-sandbox-is-the-kubelets",
+        ),
+        pytest.param(
+            [*PODS, EVICTED],
+            ([WEB_NEW, EVICTED_SB], [WEB_APP, EVICTED_APP]),
+            True,
+            Remaining(1, 0, ("default/evicted",)),
+            id="gone:-a-deleted-pods-sandbox-counts",
+        ),
+        pytest.param(
+            DESIRED_AGAIN,
+            ([WEB_NEW, GONE], [GONE_APP, WEB_APP]),
+            False,
+            Remaining(),
+            id="live:-a-pod-desired-again-is-not-unwanted",
+        ),
+        pytest.param(
+            DESIRED_AGAIN,
+            ([WEB_NEW, GONE], [GONE_APP, WEB_APP]),
+            True,
+            Remaining(),
+            id="gone:-a-pod-desired-again-is-not-unwanted",
+        ),
+    ],
+)
+def test_what_remains_after_a_cleanup_with_the_kubelet_live_or_gone(
+    pods: list[PodInfo], runtime: tuple[list[Any], list[Any]], gone: bool, left: Remaining
+) -> None:
+    """A live kubelet: only what the cleanup selected from REQUESTED and the re-list still
+    finds. The kubelet gone: every cleanable item of the re-list."""
+    sandboxes, containers = runtime
+    snapshot = RuntimeSnapshot(NOW, None, (), tuple(sandboxes), tuple(containers))
+    relisted = compute_drift(pods, snapshot, (), NOW, grace_seconds=60, kubelet_gone=gone)
+    assert remaining_after(REQUESTED, relisted, pods, NOW, kubelet_gone=gone) == left
+    assert remaining_after(REQUESTED, relisted, pods, NOW, kubelet_gone=gone).empty == (
+        left == Remaining()
     )
-    nothing = drift(PODS, [WEB_NEW], [WEB_APP])
-    assert nothing.of(DriftKind.MISSING_SANDBOX)  # missing drift is not something held
-    assert Remaining.of(nothing) == Remaining(0, 0, ())
-    assert Remaining.of(nothing).empty
 
 
 def test_remaining_names_at_most_ten_pods() -> None:
     many = [
         sandbox(f"u-{n:02}", id=f"sb-{n:02}", name=f"p{n:02}", created_at=OLD) for n in range(12)
     ]
-    left = Remaining.of(drift([], many, []))
+    left = Remaining.of_items(drift([], many, []).items)
     assert (left.sandboxes, left.containers) == (12, 0)
     assert left.pods == tuple(f"default/p{n:02}" for n in range(REMAINING_PODS_MAX))
 
