@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+import psutil
 import pytest
 
 from exporter.kube.api import JSONObject, KubeAPI
@@ -82,6 +83,20 @@ class Cluster(ABC):
     def fake(self) -> APIServer:
         """The test API server (for what only it can do: faults, compaction, restarts)."""
         raise AssertionError(f"the {self.kind} server has no fault injection")
+
+    @property
+    @abstractmethod
+    def port(self) -> int:
+        """The server's port on 127.0.0.1."""
+
+    def connections(self) -> list[str]:
+        """The states of this process's TCP connections to the server that still have a
+        socket (none once every client is closed and its requests are done)."""
+        return [
+            c.status
+            for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port == self.port
+        ]
 
     @abstractmethod
     async def configuration(self, identity: str = ADMIN) -> Any:
@@ -170,6 +185,10 @@ class FakeCluster(Cluster):
     def fake(self) -> APIServer:
         return self.server
 
+    @property
+    def port(self) -> int:
+        return self.server.port
+
     async def configuration(self, identity: str = ADMIN) -> Any:
         return self.server.aio_configuration()
 
@@ -248,6 +267,10 @@ class RealCluster(Cluster):
         self.server = server
         self.cleanup = KubeCleanup(server)
         self.namespace = create_namespace(server)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     def close(self) -> None:
         try:
