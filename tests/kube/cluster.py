@@ -23,6 +23,7 @@ A scenario only one server can show is restricted to it with
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -124,6 +125,11 @@ class Cluster(ABC):
         """A name no other test uses (the real server is shared by the session)."""
         return f"{prefix}-{secrets.token_hex(4)}"
 
+    @abstractmethod
+    async def expire_history(self) -> None:
+        """Forget every version before now: a watch or list from an older one gets 410 Expired.
+        (The real server's etcd is compacted and the server restarted: ``own_cluster`` only.)"""
+
     # -------------------------------------------------------------- the test's own requests
 
     @abstractmethod
@@ -191,6 +197,10 @@ class FakeCluster(Cluster):
 
     async def configuration(self, identity: str = ADMIN) -> Any:
         return self.server.aio_configuration()
+
+    async def expire_history(self) -> None:
+        self.server.compact()
+        self.server.drop_watches()
 
     def group_version(self, resource: str) -> str:
         rt = by_plural(resource)
@@ -267,6 +277,7 @@ class RealCluster(Cluster):
         self.server = server
         self.cleanup = KubeCleanup(server)
         self.namespace = create_namespace(server)
+        self.namespaces = [self.namespace]
 
     @property
     def port(self) -> int:
@@ -276,10 +287,14 @@ class RealCluster(Cluster):
         try:
             self.cleanup.run()
         finally:
-            delete_namespace(self.server, self.namespace)
+            for namespace in self.namespaces:
+                delete_namespace(self.server, namespace)
 
     async def configuration(self, identity: str = ADMIN) -> Any:
         return await kubeconfig_configuration(str(self.server.kubeconfig(identity)))
+
+    async def expire_history(self) -> None:
+        await asyncio.to_thread(self.server.expire_history)
 
     def group_version(self, resource: str) -> str:
         return _REAL_GROUP_VERSIONS[resource]
@@ -288,7 +303,9 @@ class RealCluster(Cluster):
         status = obj.get("status")
         created: JSONObject = self.server.ok("POST", collection, obj)
         path = f"{collection}/{created['metadata']['name']}"
-        if parse("GET", collection, {}).namespace != self.namespace:
+        if collection.endswith("/namespaces"):
+            self.namespaces.append(created["metadata"]["name"])
+        elif parse("GET", collection, {}).namespace != self.namespace:
             self.cleanup.delete_later(path)  # the namespace's objects go with it
         if status:  # a create through the API resets the status: written as a kubelet would
             created = self.patch(f"{path}/status", {"status": status})

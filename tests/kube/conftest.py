@@ -80,19 +80,33 @@ async def server() -> AsyncIterator[APIServer]:
         yield srv
 
 
-@pytest.fixture(params=SERVERS)
-async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
-    """The test API server (a new one) or the session's real kube-apiserver, with a namespace
-    of the test's own; what the test created on the real one is deleted after it."""
+@asynccontextmanager
+async def _cluster(request: pytest.FixtureRequest, real: str) -> AsyncIterator[Cluster]:
     if request.param == FAKE:
         async with APIServer(bookmark_interval=0.1) as srv:
             yield FakeCluster(srv, "contract")
         return
-    real = RealCluster(request.getfixturevalue("kubeapi"))
+    cluster = RealCluster(request.getfixturevalue(real))
     try:
-        yield real
+        yield cluster
     finally:
-        real.close()
+        cluster.close()
+
+
+@pytest.fixture(params=SERVERS)
+async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    """The test API server (a new one) or the session's real kube-apiserver, with a namespace
+    of the test's own; what the test created on the real one is deleted after it."""
+    async with _cluster(request, "kubeapi") as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=SERVERS)
+async def own_cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    """As ``cluster``, with a real kube-apiserver of the test's own (about 5 s to start), for
+    tests that restart it or compact its etcd."""
+    async with _cluster(request, "private_kubeapi") as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,19 @@
-"""The informer against the test API server: list+watch, bookmarks, 410 relists, failures."""
+"""The informer against both API servers (contract suite, tests/kube/cluster.py): the first list
+(from the real server's watch cache), the watch with bookmarks, every change handed to the
+handlers once and in an order that fits, selectors, the relist after 410 Expired once the
+history is gone, a revoked token, and a stopped informer's watch connection closed at once.
+Failures only the test server can make: test_informer_faults.py.
+
+What 1.20 does with bookmarks (observed): it sends one about 2 s before a watch's timeoutSeconds
+ends, and otherwise about once a minute, and only when the resource's version has moved past
+the watch's (writes to other objects of the kind). With a short watch timeout one arrives
+within seconds, which is what these tests use; the product's 5-10 min watches get them at the
+end and every minute. The test server sends one every 0.1 s (tests/kube/conftest.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import time
 from typing import Any
@@ -9,297 +21,353 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.kube import resources
 from exporter.kube.api import KubeAPI
 from exporter.kube.convert import lease_info, node_info, pod_info
-from exporter.kube.errors import ServerError, Unauthorized, Unreachable
-from exporter.kube.informer import Informer
+from exporter.kube.errors import Unauthorized
+from exporter.kube.informer import Informer, InformerTiming
+from exporter.kube.resources import LEASES, NODES, PODS
 from exporter.metrics.kube_requests import KubeRequestMetrics
-from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo, PodInfo
-from nodesync_sim.fake.apiserver import APIServer
-from tests.kube.conftest import FAST, Recorder, eventually, running, sample
+from exporter.model.kube import LeaseInfo, NodeInfo, PodInfo
+from tests.kube.cluster import Cluster
+from tests.kube.conftest import FAST, Recorder, running, sample
+from tests.kube.informer_support import (
+    CASE,
+    ERRORS,
+    EVENTS,
+    RELISTS,
+    WATCHES,
+    GatedAPI,
+    Timeline,
+    WatchRecorder,
+    cluster_versions,
+    label,
+    labelled_node,
+    replay,
+    settle,
+    versions,
+)
+from tests.support.wait import until_async
 
-ERRORS = "nodesync_kube_request_errors_total"
-EVENTS = "nodesync_informer_watch_events_total"
-RELISTS = "nodesync_informer_relists_total"
-WATCHES = "nodesync_kube_watches_total"
+pytestmark = pytest.mark.timeout(90)
+
+LIST_COUNT = "nodesync_kube_request_duration_seconds_count"
 
 
-def node_informer(api: KubeAPI, **kwargs: Any) -> Informer[NodeInfo]:
-    return Informer(api, resources.NODES, node_info, timing=kwargs.pop("timing", FAST), **kwargs)
+def node_informer(api: KubeAPI, case: str, **kwargs: Any) -> Informer[NodeInfo]:
+    timing = kwargs.pop("timing", FAST)
+    selector = f"{CASE}={case}"
+    return Informer(api, NODES, node_info, label_selector=selector, timing=timing, **kwargs)
 
 
-def add_node(server: APIServer, name: str, **labels: str) -> None:
-    server.store.create("nodes", {"metadata": {"name": name, "labels": labels}})
+# ---------------------------------------------------------------- list and watch
 
 
 async def test_list_then_watch_sees_added_modified_deleted(
-    api: KubeAPI, server: APIServer, registry: CollectorRegistry
+    cluster: Cluster, registry: CollectorRegistry, metrics: KubeRequestMetrics
 ) -> None:
-    add_node(server, "n1")
-    add_node(server, "n2")
-    informer = node_informer(api)
+    case = cluster.unique("inf")
+    n1, n2, n3 = (f"{case}-{i}" for i in (1, 2, 3))
+    labelled_node(cluster, n1, case)
+    labelled_node(cluster, n2, case)
     events = Recorder()
-    informer.add_handler(events)
-    assert (informer.synced, informer.up, informer.last_success) == (False, False, None)
-    async with running(informer):
-        assert sorted(informer.store) == ["n1", "n2"]
-        assert events.names() == [("ADDED", "n1"), ("ADDED", "n2")]
-        assert informer.up
-        assert informer.last_success is not None
-        events.clear()
+    async with await cluster.client(observer=metrics) as api:
+        informer = node_informer(api, case)
+        informer.add_handler(events)
+        assert (informer.synced, informer.up, informer.last_success) == (False, False, None)
+        async with running(informer):
+            # A list from the real server's watch cache may be a moment behind etcd: the
+            # Nodes come with it or, right after, from the watch.
+            await settle(lambda: sorted(informer.store) == [n1, n2], "the first two Nodes")
+            assert sorted(events.names()) == [("ADDED", n1), ("ADDED", n2)]
+            assert informer.up
+            assert informer.last_success is not None
+            events.clear()
 
-        server.store.patch("nodes", "n1", {"metadata": {"labels": {"zone": "a"}}})
-        server.store.delete("nodes", "n2")
-        add_node(server, "n3")
-        await eventually(lambda: len(events.events) == 3, "three watch events")
+            label(cluster, n1, "a")
+            cluster.delete(cluster.path("nodes", n2))
+            labelled_node(cluster, n3, case)
+            await settle(lambda: len(events.events) == 3, "three watch events")
 
-    assert events.names() == [("MODIFIED", "n1"), ("DELETED", "n2"), ("ADDED", "n3")]
+    assert events.names() == [("MODIFIED", n1), ("DELETED", n2), ("ADDED", n3)]
     (_, old, new), (_, gone, none), _ = events.events
-    assert (dict(old.labels), dict(new.labels)) == ({}, {"zone": "a"})
-    assert (gone.name, none) == ("n2", None)
-    assert sorted(informer.store) == ["n1", "n3"]
-    assert informer.store["n1"].labels == {"zone": "a"}
-    assert informer.resource_version == str(server.store.resource_version)
+    assert (old.labels.get("nodesync.test/step"), new.labels["nodesync.test/step"]) == (None, "a")
+    assert (gone.name, none) == (n2, None)
+    assert versions(informer) == cluster_versions(cluster, case)
+    assert int(informer.resource_version or "0") >= int(informer.store[n3].resource_version)
     for kind in ("MODIFIED", "DELETED", "ADDED"):
         assert sample(registry, EVENTS, resource="nodes", type=kind) == 1
-    assert sample(registry, "nodesync_kube_request_duration_seconds_count", resource="nodes",
-                  verb="list") == 1  # fmt: skip
+    assert sample(registry, LIST_COUNT, resource="nodes", verb="list") == 1
+
+
+async def test_a_burst_of_changes_ends_equal_to_the_server_and_the_list_is_from_the_cache(
+    cluster: Cluster, registry: CollectorRegistry, metrics: KubeRequestMetrics
+) -> None:
+    case = cluster.unique("inf")
+    names = [f"{case}-{i:02d}" for i in range(13)]
+    for name in names[:3]:
+        labelled_node(cluster, name, case)
+    events = Recorder()
+    async with await cluster.client(observer=metrics) as api:
+        informer = Informer(api, NODES, node_info, label_selector=f"{CASE}={case}")
+        informer.add_handler(events)
+        async with running(informer):
+            listed_rv = informer.resource_version
+            initial = cluster_versions(cluster, case)
+            await settle(lambda: versions(informer) == initial, "the first three Nodes")
+            listed = versions(informer)
+            assert sorted(events.names()) == [("ADDED", n) for n in names[:3]]
+            events.clear()
+
+            def burst() -> None:  # from another thread: the informer keeps up meanwhile
+                for name in names[3:]:
+                    labelled_node(cluster, name, case)
+                for i, name in enumerate([*names[:5], names[0]]):
+                    label(cluster, name, str(i))
+                for name in (names[1], *names[9:]):
+                    cluster.delete(cluster.path("nodes", name))
+
+            await asyncio.to_thread(burst)
+            expected = cluster_versions(cluster, case)
+            assert sorted(expected) == sorted({*names} - {names[1], *names[9:]})
+            await settle(lambda: versions(informer) == expected, "the store to equal the server")
+
+    # Every change reached the handlers once, in an order that fits, and nothing else did.
+    assert replay(events, listed) == expected
+    for kind, count in (("ADDED", 10), ("MODIFIED", 6), ("DELETED", 5), ("ERROR", 0)):
+        assert [t for t, _, _ in events.events].count(kind) == count
+        assert sample(registry, EVENTS, resource="nodes", type=kind) == count
+    assert sample(registry, RELISTS, resource="nodes") == 0
+
+    # The first list was served from the watch cache (resourceVersion=0), and the watch
+    # resumed from the list's version with bookmarks allowed (seen once it ended).
+    def selected(verb: str) -> list[dict[str, str]]:
+        found = cluster.requests(verb=verb, resource="nodes")
+        return [r.query for r in found if r.query.get("labelSelector") == f"{CASE}={case}"]
+
+    await until_async(lambda: selected("watch"), timeout=10, what="the watch, ended")
+    (first_list,) = selected("list")
+    assert first_list["resourceVersion"] == "0"
+    watch = selected("watch")[0]
+    assert watch["resourceVersion"] == listed_rv
+    assert watch["allowWatchBookmarks"] == "true"
+    assert 300 <= int(watch["timeoutSeconds"]) <= 600
 
 
 async def test_handler_added_after_sync_gets_the_store_and_a_failing_handler_is_contained(
-    api: KubeAPI, server: APIServer
+    cluster: Cluster,
 ) -> None:
-    add_node(server, "n1")
-    informer = node_informer(api)
+    case = cluster.unique("inf")
+    n1, n2 = labelled_node(cluster, f"{case}-1", case), f"{case}-2"
 
     def broken(type_: str, old: Any, new: Any) -> None:
         raise RuntimeError("handler bug")
 
-    informer.add_handler(broken)
-    async with running(informer):
-        late = Recorder()
-        informer.add_handler(late)
-        assert late.names() == [("ADDED", "n1")]
-        add_node(server, "n2")
-        await eventually(lambda: late.names() == [("ADDED", "n1"), ("ADDED", "n2")], "n2")
-        assert sorted(informer.store) == ["n1", "n2"]
+    async with await cluster.client() as api:
+        informer = node_informer(api, case)
+        informer.add_handler(broken)
+        async with running(informer):
+            await settle(lambda: list(informer.store) == [n1], "n1")
+            late = Recorder()
+            informer.add_handler(late)
+            assert late.names() == [("ADDED", n1)]
+            labelled_node(cluster, n2, case)
+            await settle(lambda: late.names() == [("ADDED", n1), ("ADDED", n2)], "n2")
+            assert sorted(informer.store) == [n1, n2]
 
 
-async def test_bookmarks_advance_the_resource_version(
-    api: KubeAPI, server: APIServer, registry: CollectorRegistry
+# ---------------------------------------------------------------- bookmarks and relists
+
+
+async def test_bookmarks_move_the_version_past_writes_to_other_objects(
+    cluster: Cluster, registry: CollectorRegistry, metrics: KubeRequestMetrics
 ) -> None:
-    # A lease informer for one node sees no events while other objects change; bookmarks
-    # carry the server's current version, so after a compaction it resumes without a relist.
-    informer = Informer(
-        api,
-        resources.LEASES,
-        lease_info,
-        namespace=LEASE_NAMESPACE,
-        field_selector="metadata.name=node-a",
-        timing=FAST,
-    )
-    async with running(informer):
-        listed = int(informer.resource_version or "0")
-        for i in range(3):
-            add_node(server, f"n{i}")
-        current = server.store.resource_version
-        assert current > listed
-        await eventually(
-            lambda: int(informer.resource_version or "0") >= current, "a bookmark past the writes"
-        )
-        assert sample(registry, EVENTS, resource="leases", type="BOOKMARK") >= 1
-        assert informer.store == {}
+    collection = cluster.path("leases", namespace=cluster.namespace)
+    # Watches of 3-6 s: 1.20 sends the bookmark about 2 s before each one ends.
+    timing = InformerTiming(watch_timeout_seconds=3.0)
+    written: list[int] = []
+    stop = asyncio.Event()
 
-        server.compact()
-        watches = sample(registry, WATCHES, resource="leases")
-        server.drop_watches()
-        await eventually(lambda: sample(registry, WATCHES, resource="leases") > watches, "rewatch")
-        server.store.create(
-            "leases",
-            {"metadata": {"name": "node-a"}, "spec": {"holderIdentity": "node-a"}},
-            namespace=LEASE_NAMESPACE,
+    async def write_other_leases() -> None:
+        # Other Leases of the namespace, none of them this watch's, written all along: 1.20
+        # bookmarks only what changed after a watch started.
+        while not stop.is_set():
+            body = {"metadata": {"name": f"other-{len(written)}"}}
+            lease = await asyncio.to_thread(cluster.create, collection, body)
+            written.append(int(lease["metadata"]["resourceVersion"]))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+
+    async with WatchRecorder(await cluster.configuration(), observer=metrics) as api:
+        informer = Informer(
+            api,
+            LEASES,
+            lease_info,
+            namespace=cluster.namespace,
+            field_selector="metadata.name=not-there",
+            timing=timing,
         )
-        await eventually(lambda: "kube-node-lease/node-a" in informer.store, "the lease")
+        async with running(informer):
+            listed = int(informer.resource_version or "0")
+            writer = asyncio.create_task(write_other_leases())
+            try:
+                await settle(lambda: written, "the first write")
+                first = written[0]
+                assert first > listed
+                await settle(
+                    lambda: int(informer.resource_version or "0") >= first,
+                    "a bookmark past the other Leases' writes",
+                    within=20,
+                )
+                assert informer.store == {}
+                assert sample(registry, EVENTS, resource="leases", type="BOOKMARK") >= 1
+                assert sample(registry, EVENTS, resource="leases", type="ADDED") == 0
+
+                # The next watch resumes from the bookmark's version, not from the list's.
+                # (Waiting for the server's answer to it, not just for the request: the test
+                # then ends with that watch open, never in the middle of its TLS handshake,
+                # which a cancellation would leave unclosed when the loop ends.)
+                await settle(
+                    lambda: any(int(rv) >= first for rv in api.watched[1:]),
+                    "a watch from the bookmark's version",
+                    within=20,
+                )
+                assert api.watched[0] == str(listed)
+            finally:
+                stop.set()
+                await writer
+            assert informer.store == {}
     assert sample(registry, RELISTS, resource="leases") == 0
-    assert sample(registry, ERRORS, resource="leases", verb="watch", code="410") == 0
 
 
-async def test_compaction_relists_and_reports_the_difference(
-    api: KubeAPI, server: APIServer, registry: CollectorRegistry
+async def test_expired_history_relists_and_hands_the_gap_to_the_handlers(
+    own_cluster: Cluster, registry: CollectorRegistry, metrics: KubeRequestMetrics
 ) -> None:
-    for name in ("n1", "n2", "n3"):
-        add_node(server, name)
-    informer = node_informer(api)
+    cluster = own_cluster
+    case = "relist"
+    a, b, c, d, e, f = (f"{case}-{x}" for x in "abcdef")
+    for name in (a, b, c, d):
+        labelled_node(cluster, name, case)
     events = Recorder()
-    informer.add_handler(events)
-    async with running(informer):
-        events.clear()
-        # Without yielding to the loop: the open watch cannot see these before the compaction,
-        # so the informer gets 410 Expired and must learn them from a new list.
-        server.store.delete("nodes", "n2")
-        server.store.patch("nodes", "n1", {"metadata": {"labels": {"zone": "b"}}})
-        add_node(server, "n4")
-        server.compact()
-
-        await eventually(lambda: sorted(informer.store) == ["n1", "n3", "n4"], "the relist")
-        assert events.names() == [("DELETED", "n2"), ("MODIFIED", "n1"), ("ADDED", "n4")]
-        assert informer.store["n1"].labels == {"zone": "b"}
-        assert sample(registry, RELISTS, resource="nodes") == 1
-        assert sample(registry, ERRORS, resource="nodes", verb="watch", code="410") == 1
-        assert sample(registry, EVENTS, resource="nodes", type="ERROR") == 1
-
-        # and it watches again from the new list's version
-        events.clear()
-        add_node(server, "n5")
-        await eventually(lambda: events.names() == [("ADDED", "n5")], "n5 after the relist")
-    assert sample(registry, "nodesync_kube_request_duration_seconds_count", resource="nodes",
-                  verb="list") == 2  # fmt: skip
-
-
-async def test_server_errors_mark_it_down_until_the_server_recovers(
-    api: KubeAPI, server: APIServer, registry: CollectorRegistry
-) -> None:
-    add_node(server, "n1")
-    informer = node_informer(api)
-    events = Recorder()
-    informer.add_handler(events)
-    async with running(informer):
-        events.clear()
-        server.faults.fail_next(10_000, 500, verb="watch")
-        server.drop_watches()
-        await eventually(lambda: not informer.up, "down")
-        assert isinstance(informer.last_error, ServerError)
-        add_node(server, "n2")  # while the watch keeps failing
-
-        server.faults.clear()
-        await eventually(lambda: informer.up, "up again")
-        add_node(server, "n3")
-        await eventually(lambda: len(events.events) == 2, "the changes made while down and after")
-    assert events.names() == [("ADDED", "n2"), ("ADDED", "n3")]
-    failed = server.counters.count(verb="watch", resource="nodes", code=500)
-    assert failed >= 1
-    assert sample(registry, ERRORS, resource="nodes", verb="watch", code="500") == failed
-    assert sample(registry, RELISTS, resource="nodes") == 0, "resumed, not relisted"
-
-
-class Timeline:
-    """Observer that records when each request finished, then forwards to the metrics."""
-
-    def __init__(self, metrics: KubeRequestMetrics) -> None:
-        self.metrics = metrics
-        self.requests: list[tuple[float, str, str]] = []
-
-    def observe_request(self, resource: str, verb: str, duration_seconds: float, code: str) -> None:
-        self.requests.append((time.monotonic(), verb, code))
-        self.metrics.observe_request(resource, verb, duration_seconds, code)
-
-    def observe_watch_event(self, resource: str, event_type: str) -> None:
-        self.metrics.observe_watch_event(resource, event_type)
-
-    def observe_relist(self, resource: str) -> None:
-        self.metrics.observe_relist(resource)
-
-    def observe_skipped_object(self, resource: str) -> None:
-        self.metrics.observe_skipped_object(resource)
-
-
-async def test_too_many_requests_waits_for_retry_after(
-    api: KubeAPI, server: APIServer, metrics: KubeRequestMetrics, registry: CollectorRegistry
-) -> None:
-    server.faults.fail_next(1, 429, verb="list", retry_after=1)
-    timeline = Timeline(metrics)
-    informer = node_informer(api, observer=timeline)  # backoff alone would retry in ~0.02 s
-    async with running(informer):
-        lists = [(t, code) for t, verb, code in timeline.requests if verb == "list"]
-    assert [code for _, code in lists] == ["429", "200"]
-    assert lists[1][0] - lists[0][0] >= 1.0
-    assert sample(registry, ERRORS, resource="nodes", verb="list", code="429") == 1
-
-
-async def test_server_restarted_on_the_same_port(
-    server: APIServer, metrics: KubeRequestMetrics, registry: CollectorRegistry
-) -> None:
-    add_node(server, "n1")
-    events = Recorder()
-    async with KubeAPI(server.aio_configuration(), observer=metrics) as api:
-        informer = node_informer(api)
+    async with GatedAPI(await cluster.configuration(), observer=metrics) as api:
+        # Watches of 5-10 min, as the product's: a bookmark (1.20 sends one each minute) would
+        # move the informer past the write below, which it must not know when the history goes.
+        informer = Informer(api, NODES, node_info, label_selector=f"{CASE}={case}")
         informer.add_handler(events)
         async with running(informer):
+            label(cluster, a, "seen")  # a watch event: the informer is past its list's version
+            await settle(lambda: ("MODIFIED", a) in events.names(), "the watch event")
+            before = versions(informer)
+            # A write the informer does not watch: the server's version moves past the
+            # informer's, so that once the history is gone its version is too old (without
+            # it, a restarted watch cache starts exactly at the informer's version).
+            labelled_node(cluster, f"{case}-other", "other")
+
+            # Forget the history: every version the informer knows is gone.
+            api.gate.clear()
+            await cluster.expire_history()
+            await settle(lambda: api.waiting == 1, "the informer to try again", within=30)
             events.clear()
-            await server.stop()
-            await eventually(lambda: isinstance(informer.last_error, Unreachable), "unreachable")
-            assert not informer.up
-            add_node(server, "n2")  # the store outlives the process, as etcd would
+            label(cluster, b, "gap")
+            cluster.delete(cluster.path("nodes", c))
+            labelled_node(cluster, e, case)
+            expected = cluster_versions(cluster, case)
+            api.gate.set()
 
-            async with APIServer(port=server.port, token=server.token, store=server.store):
-                await eventually(lambda: informer.up, "up after the restart")
-                add_node(server, "n3")
-                await eventually(lambda: len(events.events) == 2, "n2 and n3")
-    assert events.names() == [("ADDED", "n2"), ("ADDED", "n3")]
-    assert sample(registry, ERRORS, resource="nodes", verb="watch", code="unreachable") >= 1
-    assert sample(registry, RELISTS, resource="nodes") == 0
+            await settle(lambda: versions(informer) == expected, "the relist", within=15)
+            assert sorted(events.names()) == [("ADDED", e), ("DELETED", c), ("MODIFIED", b)]
+            # After the relist it watches from the new list's version: the next change is the
+            # next event, and nothing of the gap comes again.
+            labelled_node(cluster, f, case)
+            await settle(lambda: f in informer.store, "the change after the relist")
+            assert sorted(events.names()[:3]) == [("ADDED", e), ("DELETED", c), ("MODIFIED", b)]
+            assert events.names()[3:] == [("ADDED", f)]
+            assert replay(events, before) == cluster_versions(cluster, case)
+
+    assert sample(registry, RELISTS, resource="nodes") == 1
+    assert sample(registry, EVENTS, resource="nodes", type="ERROR") == 1
+    assert sample(registry, ERRORS, resource="nodes", verb="watch", code="410") == 1
+    # Two lists: the first from the watch cache, the relist a consistent read (never older
+    # than what the informer had seen).
+    lists = [
+        r.query
+        for r in cluster.requests(verb="list", resource="nodes")
+        if r.query.get("labelSelector") == f"{CASE}={case}"
+    ]
+    assert [x.get("resourceVersion", "") for x in lists] == ["0", ""]
 
 
-async def test_field_selector_on_node_name(api: KubeAPI, server: APIServer) -> None:
-    def pod(name: str, node: str) -> dict[str, Any]:
-        return {"metadata": {"name": name}, "spec": {"nodeName": node, "containers": []}}
+# ---------------------------------------------------------------- selectors
 
-    server.store.create("pods", pod("a1", "node-a"), namespace="default")
-    server.store.create("pods", pod("b1", "node-b"), namespace="default")
-    informer: Informer[PodInfo] = Informer(
-        api, resources.PODS, pod_info, field_selector="spec.nodeName=node-a", timing=FAST
-    )
+
+async def test_field_selector_on_node_name(cluster: Cluster) -> None:
+    here, there = cluster.unique("node"), cluster.unique("node")
+    other = cluster.unique("ns")
+    cluster.create(cluster.path("namespaces"), {"metadata": {"name": other}})
+
+    def pod(name: str, node: str, namespace: str = cluster.namespace) -> None:
+        body = {
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        }
+        cluster.create(cluster.path("pods", namespace=namespace), body)
+
+    pod("a1", here)
+    pod("b1", there)
     events = Recorder()
-    informer.add_handler(events)
-    async with running(informer):
-        assert list(informer.store) == ["default/a1"]
-        events.clear()
-        server.store.create("pods", pod("b2", "node-b"), namespace="default")
-        server.store.create("pods", pod("a2", "node-a"), namespace="kube-system")
-        server.store.delete("pods", "a1", namespace="default", grace_period_seconds=0)
-        await eventually(lambda: len(events.events) == 2, "a2 added, a1 deleted")
-    assert events.names() == [("ADDED", "a2"), ("DELETED", "a1")]
-    assert list(informer.store) == ["kube-system/a2"]
-    assert informer.store["kube-system/a2"].node_name == "node-a"
-
-
-async def test_field_selector_on_name_follows_one_lease(api: KubeAPI, server: APIServer) -> None:
-    for node in ("node-a", "node-b"):
-        server.store.create(
-            "leases",
-            {"metadata": {"name": node}, "spec": {"renewTime": "2024-05-01T10:00:00.000000Z"}},
-            namespace=LEASE_NAMESPACE,
+    async with await cluster.client() as api:
+        informer: Informer[PodInfo] = Informer(
+            api, PODS, pod_info, field_selector=f"spec.nodeName={here}", timing=FAST
         )
-    informer: Informer[LeaseInfo] = Informer(
-        api,
-        resources.LEASES,
-        lease_info,
-        namespace=LEASE_NAMESPACE,
-        field_selector="metadata.name=node-a",
-        timing=FAST,
-    )
-    async with running(informer):
-        assert list(informer.store) == ["kube-node-lease/node-a"]
-        for node in ("node-b", "node-a"):
-            server.store.patch(
-                "leases",
-                node,
-                {"spec": {"renewTime": "2024-05-01T10:00:10.500000Z"}},
-                namespace=LEASE_NAMESPACE,
-            )
-        key = "kube-node-lease/node-a"
-        await eventually(lambda: informer.store[key].renew_time == 1714557610.5, "the renewal")
+        informer.add_handler(events)
+        async with running(informer):
+            await settle(lambda: list(informer.store) == [f"{cluster.namespace}/a1"], "a1")
+            events.clear()
+            pod("b2", there)
+            pod("a2", here, other)
+            cluster.delete(cluster.path("pods", "a1", cluster.namespace))
+            await settle(lambda: len(events.events) == 3, "a2 added, a1 deleted")
+    # A pod's deletion is written first (deletionTimestamp, grace 0), then done.
+    assert events.names() == [("ADDED", "a2"), ("MODIFIED", "a1"), ("DELETED", "a1")]
+    assert list(informer.store) == [f"{other}/a2"]
+    assert informer.store[f"{other}/a2"].node_name == here
+
+
+async def test_field_selector_on_name_follows_one_lease(cluster: Cluster) -> None:
+    namespace = cluster.namespace
+    for name in ("node-a", "node-b"):
+        body = {"metadata": {"name": name}, "spec": {"renewTime": "2024-05-01T10:00:00.000000Z"}}
+        cluster.create(cluster.path("leases", namespace=namespace), body)
+    async with await cluster.client() as api:
+        informer: Informer[LeaseInfo] = Informer(
+            api,
+            LEASES,
+            lease_info,
+            namespace=namespace,
+            field_selector="metadata.name=node-a",
+            timing=FAST,
+        )
+        key = f"{namespace}/node-a"
+        async with running(informer):
+            await settle(lambda: list(informer.store) == [key], "node-a's Lease")
+            for name in ("node-b", "node-a"):
+                renewed = {"spec": {"renewTime": "2024-05-01T10:00:10.500000Z"}}
+                cluster.patch(cluster.path("leases", name, namespace), renewed)
+            await settle(lambda: informer.store[key].renew_time == 1714557610.5, "the renewal")
     assert list(informer.store) == [key]
 
 
+# ---------------------------------------------------------------- the client's side
+
+
 async def test_unauthorized_informer_stays_down_and_counts(
-    server: APIServer, metrics: KubeRequestMetrics, registry: CollectorRegistry
+    cluster: Cluster, metrics: KubeRequestMetrics, registry: CollectorRegistry
 ) -> None:
-    async with KubeAPI(server.aio_configuration(token="revoked"), observer=metrics) as api:
-        informer = node_informer(api)
+    configuration = await cluster.configuration()
+    configuration.api_key = {"authorization": "Bearer revoked"}
+    async with KubeAPI(configuration, observer=metrics) as api:
+        informer = node_informer(api, "unauthorized")
         async with running(informer, synced=False):
-            await eventually(
+            await settle(
                 lambda: sample(registry, ERRORS, resource="nodes", verb="list", code="401") >= 2,
                 "retried with backoff",
             )
@@ -307,33 +375,20 @@ async def test_unauthorized_informer_stays_down_and_counts(
             assert (informer.up, informer.synced) == (False, False)
 
 
-async def test_a_malformed_object_is_skipped_and_counted(
-    api: KubeAPI, server: APIServer, registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
+async def test_a_stopped_informer_closes_its_watch_connection_at_once(
+    cluster: Cluster, registry: CollectorRegistry, metrics: KubeRequestMetrics
 ) -> None:
-    """One Node whose fields do not have the API's types (the store takes it unchecked) is
-    skipped, in the list and in the watch, and the log names the field; the rest is served."""
-    add_node(server, "good1")
-    server.store.create("nodes", {"metadata": {"name": "bad"}, "spec": {"unschedulable": "yes"}})
-    add_node(server, "good2")
-    informer = node_informer(api)
-    events = Recorder()
-    informer.add_handler(events)
-    async with running(informer):
-        assert sorted(informer.store) == ["good1", "good2"]
-        assert sample(registry, "nodesync_informer_skipped_objects_total", resource="nodes") == 1
-        assert "'bad': $.spec.unschedulable: expected `bool | null`, got `str`" in caplog.text
-        events.clear()
-        # A good object turning bad keeps its last good state; deleting it is still seen.
-        server.store.patch("nodes", "good1", {"spec": {"taints": [{"key": 7}]}})
-        server.store.patch("nodes", "good2", {"metadata": {"labels": {"zone": "c"}}})
-        await eventually(lambda: bool(informer.store["good2"].labels), "good2 modified")
-        assert informer.store["good1"].taints == ()
-        assert "'good1': $.spec.taints[0].key: expected `str`, got `int`" in caplog.text
-        server.store.delete("nodes", "good1")
-        server.store.delete("nodes", "bad")
-        await eventually(lambda: "good1" not in informer.store, "good1 deleted")
-    assert events.names() == [("MODIFIED", "good2"), ("DELETED", "good1")]
-    assert sample(registry, "nodesync_informer_skipped_objects_total", resource="nodes") == 2
+    # As at shutdown: the informer is cancelled mid-watch, the client closed, and the event loop
+    # ends. A graceful TLS close of the watch's connection waits for the server's answer in the
+    # background, outside the connection pool (which aborts what it holds when the client
+    # closes), and leaves the socket open if the loop ends first (ResourceWarning: unclosed
+    # transport). The connection must be gone once the cancelled informer has ended.
+    async with await cluster.client(observer=metrics) as api:
+        informer = Informer(api, LEASES, lease_info, namespace=cluster.namespace)
+        async with running(informer):
+            await settle(lambda: sample(registry, WATCHES, resource="leases") == 1, "the watch")
+            assert cluster.connections() == ["ESTABLISHED"]
+        assert cluster.connections() == []
 
 
 class LateRandom(random.Random):
@@ -344,36 +399,25 @@ class LateRandom(random.Random):
 
 
 async def test_initial_jitter_delays_the_first_list(
-    api: KubeAPI, server: APIServer, metrics: KubeRequestMetrics, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, metrics: KubeRequestMetrics, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("exporter.kube.informer.random.Random", LateRandom)
     timeline = Timeline(metrics)
-    informer = node_informer(api, initial_jitter_seconds=0.5, observer=timeline)
-    started = time.monotonic()
-    async with running(informer):
-        first = timeline.requests[0]
+    async with await cluster.client() as api:
+        informer = node_informer(api, "jitter", initial_jitter_seconds=0.5, observer=timeline)
+        started = time.monotonic()
+        async with running(informer):
+            first = timeline.requests[0]
     assert first[1] == "list"
     assert first[0] - started >= 0.5
 
 
-async def test_many_objects_are_all_in_the_store_once_synced(
-    api: KubeAPI, server: APIServer
-) -> None:
-    """How fast is bench.controller_sync's to say (docs/performance.md); here: all of them."""
-    with server.store.lock:
-        for i in range(1000):
-            add_node(server, f"node-{i:04d}")
-    informer = node_informer(api)
-    async with running(informer):
-        assert len(informer.store) == 1000
-        assert {n.name for n in informer.store.values()} == {f"node-{i:04d}" for i in range(1000)}
-
-
 async def test_an_unexpected_error_is_retried_not_fatal(
-    server: APIServer, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    add_node(server, "n1")
-    async with KubeAPI(server.aio_configuration()) as api:
+    case = cluster.unique("inf")
+    n1 = labelled_node(cluster, f"{case}-1", case)
+    async with await cluster.client() as api:
         real_list = api.list
         calls = 0
 
@@ -385,9 +429,9 @@ async def test_an_unexpected_error_is_retried_not_fatal(
             return await real_list(*args, **kwargs)
 
         monkeypatch.setattr(api, "list", flaky_list)
-        informer = node_informer(api)
+        informer = node_informer(api, case)
         async with running(informer):
-            assert list(informer.store) == ["n1"]
+            await settle(lambda: list(informer.store) == [n1], "n1")
             assert informer.up
     assert calls == 2
     assert informer.last_error is not None

@@ -6,7 +6,9 @@
   someone deletes it with grace 0 (its kubelet, once it stopped the containers). Nothing
   expires by itself: past its deletionTimestamp the pod is still there, as on a real server
   whose kubelet is gone. A later delete may shorten a pending grace period, never extend it.
-  Unscheduled or finished pods are deleted at once.
+  Unscheduled or finished pods are deleted at once. Every pod deletion that removes the pod
+  writes it with its deletionTimestamp and grace 0 first, as the real registry does: watchers
+  see a MODIFIED, then the DELETED.
 - An object with finalizers is only marked (deletionTimestamp, grace 0) and is removed when
   its last finalizer goes (see `Registry`).
 - Deleting a namespace removes the objects in it at once; the default namespaces are
@@ -94,6 +96,11 @@ class Deleter:
         grace = grace_seconds(rt, current, options)
         if grace > 0:
             return self._delete_gracefully(rt, key, current, grace)
+        if rt.graceful_delete and meta.get("deletionGracePeriodSeconds") != 0:
+            # As the real registry does: the object is written with its deletion first (a
+            # MODIFIED that watchers see), then removed.
+            current = self._delete_gracefully(rt, key, current, 0).obj
+            meta = current.metadata
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds") == 0:
                 return DeleteResult(current, False)
@@ -111,7 +118,7 @@ class Deleter:
         meta = current.metadata
         old_grace = meta.get("deletionGracePeriodSeconds")
         if meta.get("deletionTimestamp") and old_grace is not None:
-            if old_grace <= grace:
+            if old_grace <= grace and grace > 0:
                 return DeleteResult(current, False)  # can shorten a pending deletion, not extend
             started = _seconds(meta["deletionTimestamp"]) - old_grace
         else:
