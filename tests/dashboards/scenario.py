@@ -67,6 +67,7 @@ from nodesync_sim.real.runtime_pods import (
     wait_for_state,
 )
 from tests.metrics.exposition import labels, series
+from tests.support.wait import until_async
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "rules").glob("*.yml"))
@@ -381,22 +382,25 @@ class Scenario:
             return await response.text()
 
     async def _agent_until(self, name: str, value: float, what: str, within: float = 20) -> None:
-        deadline = time.monotonic() + within
-        while series(await self._scrape_agent(), name).get(labels()) != value:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for the agent: {what}")
-            await asyncio.sleep(0.1)
+        await until_async(
+            self._scrape_agent,
+            accept=lambda text: series(text, name).get(labels()) == value,
+            timeout=within,
+            what=f"the agent: {what}",
+            interval=0.1,
+        )
 
     async def _report_running(self, name: str) -> None:
         """What kubelet does once the pod runs: its status says Running, from now. The
         controller's watch of running pods must be up to see it (its join's pod_running)."""
         assert self._controller_app is not None
         pods = self._controller_app[CLUSTER].pods
-        deadline = time.monotonic() + 20
-        while pods is None or not pods.up:
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out waiting for the controller's pod watch")
-            await asyncio.sleep(0.1)
+        await until_async(
+            lambda: pods is not None and pods.up,
+            timeout=20,
+            what="the controller's pod watch",
+            interval=0.1,
+        )
         assert self._api is not None
         pod = self._api.store.get("pods", name, namespace=NAMESPACE)
         pod["status"] = {

@@ -6,7 +6,6 @@ data, except the few listed in NO_DATA with the reason."""
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +24,7 @@ from tests.dashboards.grafana import (
 )
 from tests.dashboards.scenario import NODE, NODES, Scenario
 from tests.support.prometheus import require_prometheus_binaries
+from tests.support.wait import until
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.containerd]
 
@@ -59,17 +59,6 @@ def _problems(scenario: Scenario, with_queries: list[tuple[Query, dict[str, str]
     return problems
 
 
-def _settled(scenario: Scenario, with_queries: list[tuple[Query, dict[str, str]]]) -> list[str]:
-    """Poll until every query has data (rates need two scrapes, recording rules an evaluation,
-    alerts a rule evaluation after that); the problems of the last round."""
-    deadline = time.monotonic() + SETTLE_SECONDS
-    while True:
-        problems = _problems(scenario, with_queries)
-        if not problems or time.monotonic() > deadline:
-            return problems
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def scenario() -> Iterator[Scenario]:
     require_prometheus_binaries()
@@ -89,8 +78,14 @@ def scenario() -> Iterator[Scenario]:
 def test_every_panel_query_returns_data(scenario: Scenario) -> None:
     with_queries = _all_queries()
     assert len(with_queries) > 50
-    problems = _settled(scenario, with_queries)
-    assert not problems, "dashboard queries without data:\n" + "\n".join(problems)
+    # Rates need two scrapes, recording rules an evaluation, alerts a rule evaluation after that.
+    until(
+        lambda: _problems(scenario, with_queries),
+        accept=lambda problems: not problems,
+        timeout=SETTLE_SECONDS,
+        what="every dashboard query to return data (the last value: the queries without)",
+        interval=0.5,
+    )
 
     keys = {f"{q.dashboard} / {q.panel_title} / {q.ref_id}" for q, _ in with_queries}
     assert not set(NO_DATA) - keys, (

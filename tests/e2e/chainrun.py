@@ -4,12 +4,10 @@ long nodesync took from a node failing to its rollback starting."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,22 +50,6 @@ async def running(scenario: Scenario) -> AsyncIterator[Chain]:
     finally:
         leftovers = await chain.stop()
         assert not leftovers, f"the local chain left things behind: {leftovers}"
-
-
-async def eventually(
-    check: Callable[[], Awaitable[T | None]] | Callable[[], T | None], what: str, within: float
-) -> T:
-    """Poll ``check`` until it returns something other than None or False; its value."""
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value is not None and value is not False:
-            return value  # type: ignore[return-value]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within:g} s waiting for {what}")
-        await asyncio.sleep(POLL)
 
 
 async def controller_metrics(chain: Chain) -> str:

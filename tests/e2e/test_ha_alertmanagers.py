@@ -12,7 +12,8 @@ import pytest
 
 from nodesync_sim.demo.chain import Chain
 from nodesync_sim.real.prometheus import LocalAlertmanager
-from tests.e2e.chainrun import controller_value, events, eventually, running, scenario
+from tests.e2e.chainrun import POLL, controller_value, events, running, scenario
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.prometheus]
 
@@ -50,34 +51,39 @@ async def test_an_ha_pair_of_alertmanagers_makes_one_rollback() -> None:
         assert None not in pids
         assert pids[0] != pids[1]
         # Prometheus sends to both; they are one cluster of two.
-        await eventually(
+        await until_async(
             lambda: (
                 set(chain.prom.alertmanagers())
                 == {f"{am.url}/api/v2/alerts" for am in (first, second)}
             ),
-            "Prometheus to send to both Alertmanagers",
-            30,
+            timeout=30,
+            what="Prometheus to send to both Alertmanagers",
+            interval=POLL,
         )
         for alertmanager in (first, second):
-            await eventually(
+            await until_async(
                 lambda am=alertmanager: len(am.cluster_status().get("peers") or []) == 2,
-                f"{alertmanager.url} to see both peers",
-                30,
+                timeout=30,
+                what=f"{alertmanager.url} to see both peers",
+                interval=POLL,
             )
         chain.start_waves()
 
         # Both Alertmanagers hold the node's alerts (Prometheus sent them to each) ...
-        await eventually(
+        await until_async(
             lambda: (_alerts_for(first) and _alerts_for(second)) or None,
-            f"both Alertmanagers to hold an alert about {NODE}",
-            60,
+            timeout=60,
+            what=f"both Alertmanagers to hold an alert about {NODE}",
+            interval=POLL,
         )
 
         # ... the hook received them ...
         async def received() -> bool:
             return await controller_value(chain, "nodesync_alerts_received_total") > 0
 
-        await eventually(received, "the journal to record an alert", 30)
+        await until_async(
+            received, timeout=30, what="the journal to record an alert", interval=POLL
+        )
         assert await controller_value(chain, "nodesync_webhook_requests_total") >= 1
 
         # ... and the node was rolled back once, to the delete.
@@ -85,7 +91,12 @@ async def test_an_ha_pair_of_alertmanagers_makes_one_rollback() -> None:
             found = _rollbacks(chain)
             return (found[0].get("status") or {}).get("phase", "") if found else ""
 
-        await eventually(lambda: phase() == "Succeeded", f"{NODE}'s rollback to succeed", 60)
+        await until_async(
+            lambda: phase() == "Succeeded",
+            timeout=60,
+            what=f"{NODE}'s rollback to succeed",
+            interval=POLL,
+        )
         [rollback] = _rollbacks(chain)
         steps = [s["name"] for s in rollback["status"]["steps"]]
         assert len(steps) == len(set(steps)), steps

@@ -13,12 +13,12 @@ from exporter.model.rollback import CLEANUP_STATUS_ANNOTATION
 from nodesync_sim.demo.chain import AGENT_USER, SIM_USER, Chain
 from nodesync_sim.fake.scaleout import timeline
 from tests.e2e.chainrun import (
+    POLL,
     acceptance_budget,
     alert_for,
     controller_value,
     controller_writes,
     events,
-    eventually,
     pause_budget,
     pause_start,
     reaction,
@@ -28,6 +28,7 @@ from tests.e2e.chainrun import (
     scenario,
     without_pause,
 )
+from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.containerd, pytest.mark.prometheus]
 
@@ -76,8 +77,11 @@ async def test_a_failed_real_node_and_a_crash_loop_are_rolled_back_and_nothing_e
 
         # They reach the hook, which rolls the real node back to the end
         # (--rollback.delete-nodes) ...
-        await eventually(
-            lambda: "NodesyncDeleteNode" in _event_reasons(chain, REAL), "the node deleted", 60
+        await until_async(
+            lambda: "NodesyncDeleteNode" in _event_reasons(chain, REAL),
+            timeout=60,
+            what="the node deleted",
+            interval=POLL,
         )
 
         # Both NodeRollbacks record the end: the node rollback and the eviction succeeded.
@@ -87,16 +91,18 @@ async def test_a_failed_real_node_and_a_crash_loop_are_rolled_back_and_nothing_e
                 for o in store.list("noderollbacks")
             }
 
-        await eventually(
+        await until_async(
             lambda: phases() == {REAL: "Succeeded", CRASHING_NODE: "Succeeded"},
-            "both NodeRollbacks to succeed",
-            30,
+            timeout=30,
+            what="both NodeRollbacks to succeed",
+            interval=POLL,
         )
         # ... and evicts the crash-looping pod, whose kubelet confirms it gone.
-        await eventually(
+        await until_async(
             lambda: store.try_get("pods", CRASHING_POD, namespace="default") is None,
-            "the crash-looping pod gone",
-            30,
+            timeout=30,
+            what="the crash-looping pod gone",
+            interval=POLL,
         )
         real_pod = store.get("pods", REAL_APP_POD, namespace="default")
         evicted = chain.real_pods.sandboxes[real_pod["metadata"]["uid"]]
@@ -200,8 +206,11 @@ async def test_a_failed_real_node_and_a_crash_loop_are_rolled_back_and_nothing_e
         await prom.wait_for_async(
             f'ALERTS{{alertname="{NOT_READY}",node="{REAL}"}}', lambda r: not r, within=30
         )
-        await eventually(
-            lambda: _resolved(chain), "the hook to receive the resolved rollback alert", 30
+        await until_async(
+            lambda: _resolved(chain),
+            timeout=30,
+            what="the hook to receive the resolved rollback alert",
+            interval=POLL,
         )
         # The crash-loop alert resolves too: the pod is gone, and so are its series (the API
         # view's and the agent's loop series end with the pod); no write since the rollback.
@@ -242,7 +251,12 @@ async def test_a_control_plane_blip_rolls_nothing_back(
                 since.append(chain.sim.clock.now())
             return chain.sim.clock.now() - since[0] >= hold
 
-        await eventually(held, "every new node to look failed long enough to fire", 60)
+        await until_async(
+            held,
+            timeout=60,
+            what="every new node to look failed long enough to fire",
+            interval=POLL,
+        )
         await prom.wait_for_async(
             """ALERTS{alertname="NodesyncControlPlaneSuspected",alertstate="firing",
                       reason="old_nodes_failing"}""",

@@ -25,6 +25,7 @@ from tests.rules.rulefiles import (
     load,
     run,
 )
+from tests.support.wait import until_async
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
@@ -143,17 +144,18 @@ async def alertmanager(config: Path, data: Path, port: int, log: Path) -> AsyncI
         )
         try:
             async with aiohttp.ClientSession() as session:
-                deadline = asyncio.get_running_loop().time() + 10
-                while True:
+
+                async def ready() -> bool:
                     if process.returncode is not None:
                         pytest.fail(f"alertmanager exited:\n{_read(log)}")
                     with contextlib.suppress(aiohttp.ClientError):
                         async with session.get(f"{url}/-/ready") as response:
-                            if response.status == 200:
-                                break
-                    if asyncio.get_running_loop().time() > deadline:
-                        pytest.fail(f"alertmanager not ready after 10 s:\n{_read(log)}")
-                    await asyncio.sleep(0.05)
+                            return response.status == 200
+                    return False
+
+                await until_async(
+                    ready, timeout=10, what="alertmanager to be ready", detail=lambda: _read(log)
+                )
             yield url
         finally:
             if process.returncode is None:
@@ -209,16 +211,12 @@ async def _inhibited_by_name(url: str) -> dict[str, set[bool]]:
 async def _until_inhibited(url: str, expected: dict[str, set[bool]]) -> None:
     """Poll Alertmanager's API until the alerts are inhibited as expected (the inhibitor
     learns about new source alerts asynchronously)."""
-    seen: dict[str, set[bool]] = {}
-    try:
-        async with asyncio.timeout(WAIT_SECONDS):
-            while True:
-                seen = await _inhibited_by_name(url)
-                if seen == expected:
-                    return
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        pytest.fail(f"inhibition never became {expected}; last seen {seen}")
+    await until_async(
+        lambda: _inhibited_by_name(url),
+        accept=lambda seen: seen == expected,
+        timeout=WAIT_SECONDS,
+        what=f"inhibition to become {expected}",
+    )
 
 
 @pytest.mark.prometheus
@@ -370,14 +368,12 @@ async def _inhibited_by_cluster(url: str) -> dict[tuple[str, str], bool]:
 
 
 async def _until_inhibited_by_cluster(url: str, expected: dict[tuple[str, str], bool]) -> None:
-    seen: dict[tuple[str, str], bool] = {}
-    try:
-        async with asyncio.timeout(WAIT_SECONDS):
-            while seen != expected:
-                seen = await _inhibited_by_cluster(url)
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        pytest.fail(f"inhibition never became {expected}; last seen {seen}")
+    await until_async(
+        lambda: _inhibited_by_cluster(url),
+        accept=lambda seen: seen == expected,
+        timeout=WAIT_SECONDS,
+        what=f"inhibition by cluster to become {expected}",
+    )
 
 
 @pytest.mark.prometheus

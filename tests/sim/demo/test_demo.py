@@ -21,6 +21,8 @@ from typing import IO
 
 import pytest
 
+from tests.support.wait import until
+
 pytestmark = [pytest.mark.containerd, pytest.mark.prometheus, pytest.mark.timeout(180)]
 
 ROLLED_BACK = re.compile(r"actions: .*delete_node 1.*evict_pod 1")
@@ -208,15 +210,17 @@ def started_by(demo_pid: int, directories: tuple[Path, ...]) -> Started:
 
 def _containerd_directory(demo_pid: int, within: float) -> Path:
     """The directory of the containerd the demo started, once it runs (its config file's)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+
+    def started() -> Path | None:
         for _, ppid, _, cmd in _processes():
             # By name or by path: the launcher may name the binary of a chosen release.
             found = re.match(r"(?:\S*/)?containerd --config (\S+)/config\.toml", cmd)
             if ppid == demo_pid and found:
                 return Path(found.group(1))
-        time.sleep(0.05)  # polling /proc: no event tells when a process starts
-    raise AssertionError(f"the demo started no containerd within {within} s")
+        return None
+
+    # Polling /proc: no event tells when a process starts.
+    return until(started, timeout=within, what="the demo to start its containerd")
 
 
 def _mounts_under(directories: tuple[Path, ...]) -> list[str]:

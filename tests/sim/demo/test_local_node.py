@@ -6,13 +6,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.metrics.exposition import labels, series
+from tests.support.wait import until
 
 pytestmark = pytest.mark.containerd
 
@@ -46,15 +46,22 @@ def test_sim_node_serves_example_pods_and_cleans_up_on_ctrl_c(
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 60
-        text = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            text = _scrape(unused_tcp_port)
-            pods = series(text, "nodesync_pods") if text else {}
-            if pods.get(labels(phase="Running", source="runtime")) == 2:
-                break
-            time.sleep(0.1)
-        assert text is not None, log_path.read_text()
+
+        def scraped() -> str | None:
+            assert proc.poll() is None, log_path.read_text()
+            return _scrape(unused_tcp_port)
+
+        text = until(
+            scraped,
+            accept=lambda t: (
+                t is not None
+                and series(t, "nodesync_pods").get(labels(phase="Running", source="runtime")) == 2
+            ),
+            timeout=60,
+            what="two pods running, as the local node's /metrics shows",
+            interval=0.1,
+            detail=log_path.read_text,
+        )
         pods = series(text, "nodesync_pods")
         assert pods[labels(phase="Running", source="runtime")] == 2
         assert pods[labels(phase="Failed", source="runtime")] == 1

@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import tarfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -27,19 +25,11 @@ from nodesync_sim.real.containerd import (
 )
 from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod, wait_for_state
 from tests.support.containerd import Release
+from tests.support.wait import until
 
 
 def _proc_state(pid: int | None) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-def _eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def _blob(tar: tarfile.TarFile, digest: str) -> bytes:
@@ -189,9 +179,9 @@ def test_freeze_thaw_and_restart_keep_the_same_process_or_state(
 ) -> None:
     pid = containerd.pid
     containerd.freeze()
-    assert _eventually(lambda: _proc_state(pid) == "T")
+    until(lambda: _proc_state(pid) == "T", timeout=5.0, what="containerd stopped", interval=0.01)
     containerd.thaw()
-    assert _eventually(lambda: _proc_state(pid) != "T")
+    until(lambda: _proc_state(pid) != "T", timeout=5.0, what="containerd running", interval=0.01)
     containerd.wait_ready(5.0)
     assert containerd.pid == pid
     root = containerd.root

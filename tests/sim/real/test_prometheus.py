@@ -3,10 +3,8 @@ evaluate rules, deliver alerts, refuse bad queries, and leave nothing behind."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from nodesync_sim.real.prometheus import (
     alertmanager_pair,
 )
 from tests.support.prometheus import AlertmanagerFactory, PrometheusFactory
+from tests.support.wait import until, until_async
 
 pytestmark = pytest.mark.prometheus
 
@@ -122,27 +121,18 @@ async def test_scrapes_records_alerts_and_delivers_to_alertmanager(
     async def delivered() -> list[dict[str, Any]]:
         return await alertmanager.alerts_async()
 
-    got = await _poll(delivered, lambda alerts: len(alerts) == 1, within=20.0)
+    got = await until_async(
+        delivered,
+        accept=lambda alerts: len(alerts) == 1,
+        timeout=20.0,
+        what="Alertmanager to hold the alert",
+        interval=0.1,
+    )
     assert got[0]["labels"]["alertname"] == "TinyHigh"
 
     groups = prometheus.rules()
     assert [rule["health"] for group in groups for rule in group["rules"]] == ["ok", "ok"]
     assert [target["health"] for target in prometheus.targets()] == ["up"]
-
-
-async def _poll(
-    get: Callable[[], Awaitable[list[dict[str, Any]]]],
-    done: Callable[[list[dict[str, Any]]], bool],
-    within: float,
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + within
-    while True:
-        result = await get()
-        if done(result):
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within} s: {result}")
-        await asyncio.sleep(0.1)
 
 
 def test_bad_promql_raises_with_prometheus_error(prometheus_factory: PrometheusFactory) -> None:
@@ -248,10 +238,13 @@ def test_an_alertmanager_pair_clusters_on_loopback_and_stops_by_pid() -> None:
     try:
         for alertmanager in pair:
             alertmanager.start()
-        deadline = time.monotonic() + 30
-        while not all(len(am.cluster_status().get("peers") or []) == 2 for am in pair):
-            assert time.monotonic() < deadline, [am.cluster_status() for am in pair]
-            time.sleep(0.1)
+        until(
+            lambda: all(len(am.cluster_status().get("peers") or []) == 2 for am in pair),
+            timeout=30,
+            what="both Alertmanagers to see two peers",
+            interval=0.1,
+            detail=lambda: repr([am.cluster_status() for am in pair]),
+        )
         addresses = {peer["address"] for peer in pair[0].cluster_status()["peers"]}
         assert addresses == {am.cluster_address for am in pair}
         pids = [am.pid for am in pair]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import urllib3
@@ -41,15 +39,6 @@ def running_ready_pod(
             },
         },
     )
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll `predicate` until true or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 def call(

@@ -14,6 +14,7 @@ from kubernetes.aio import config as aio_config
 from exporter.commandline import add_settings
 from nodesync_sim.fake.apiserver import cli
 from nodesync_sim.settings import APIServerSettings
+from tests.support.wait import until_async
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,10 +42,7 @@ async def test_run_serves_until_cancelled(
     )
     task = asyncio.create_task(cli.run(args))
     try:
-        deadline = asyncio.get_running_loop().time() + 10
-        while not kubeconfig.exists():
-            assert asyncio.get_running_loop().time() < deadline, "no kubeconfig written"
-            await asyncio.sleep(0.01)
+        await until_async(kubeconfig.exists, timeout=10, what="the kubeconfig written")
         doc = json.loads(kubeconfig.read_text())
         assert doc["users"][0]["user"]["token"] == "T"
         cfg = aio_client.Configuration()

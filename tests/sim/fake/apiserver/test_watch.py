@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -11,7 +10,8 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from nodesync_sim.fake.apiserver import ThreadedAPIServer
-from tests.sim.fake.apiserver.helpers import node, pod_body, wait_for
+from tests.sim.fake.apiserver.helpers import node, pod_body
+from tests.support.wait import until
 
 
 def collect(stream: Any, w: watch.Watch, count: int) -> list[dict[str, Any]]:
@@ -56,7 +56,7 @@ def test_watch_sees_writes_made_while_it_is_open(
         watch=True, resource_version=rv, timeout_seconds=10, _preload_content=False
     )
     try:
-        wait_for(lambda: server.open_watches == 1)
+        until(lambda: server.open_watches == 1, timeout=10.0, what="the watch open")
         server.store.create("nodes", {"metadata": {"name": "late"}})
         line = resp.readline()
     finally:
@@ -214,12 +214,12 @@ def test_namespaced_watch_ignores_other_namespaces(coordination: client.Coordina
 def test_drop_watches_ends_open_streams(core: client.CoreV1Api, server: ThreadedAPIServer) -> None:
     resp = core.list_node(watch=True, timeout_seconds=30, _preload_content=False)
     try:
-        wait_for(lambda: server.open_watches == 1)
+        until(lambda: server.open_watches == 1, timeout=10.0, what="the watch open")
         assert server.drop_watches() == 1
         assert resp.read() == b""  # the stream ends (no events: there are no nodes)
     finally:
         resp.close()
-    wait_for(lambda: server.open_watches == 0)
+    until(lambda: server.open_watches == 0, timeout=10.0, what="no watch open")
 
 
 def test_watch_timeout_seconds_is_honoured(
@@ -232,7 +232,10 @@ def test_watch_timeout_seconds_is_honoured(
         resp.close()
     # The server counts a request once its handler returned, which may be just after the
     # client saw the end of the stream.
-    deadline = time.monotonic() + 10
-    while server.counters.count(verb="watch", resource="nodes", code=200) != 1:
-        assert time.monotonic() < deadline, server.counters.snapshot()
-        time.sleep(0.01)
+    until(
+        lambda: server.counters.count(verb="watch", resource="nodes", code=200) == 1,
+        timeout=10,
+        what="the watch counted once",
+        interval=0.01,
+        detail=lambda: repr(server.counters.snapshot()),
+    )

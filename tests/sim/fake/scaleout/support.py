@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -88,21 +85,3 @@ async def scrape(port: int) -> str:
     ):
         assert response.status == 200
         return await response.text()
-
-
-async def eventually(
-    check: Callable[[], T | None] | Callable[[], Awaitable[T | None]],
-    what: str,
-    within: float = 10.0,
-) -> T:
-    """Poll ``check`` (plain or async) until it returns something other than None or False."""
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if inspect.isawaitable(value):
-            value = await value
-        if value is not None and value is not False:
-            return value  # type: ignore[return-value]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within:g} s waiting for {what}")
-        await asyncio.sleep(0.05)

@@ -13,7 +13,8 @@ from exporter.metrics.collector import SnapshotCollector
 from nodesync_sim.fake.scaleout.agentview import join_rendered, render_node, with_node_label
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
-from tests.sim.fake.scaleout.support import doc, eventually, scrape, simulating
+from tests.sim.fake.scaleout.support import doc, scrape, simulating
+from tests.support.wait import until_async
 
 WAVE = {
     "name": "w",
@@ -51,7 +52,7 @@ async def test_each_node_has_the_agent_series_its_pods_and_faults_make() -> None
             text = await scrape(port)
             return text if _faults_show(text) else None
 
-        text = await eventually(faults_show, "loops and drift in the metrics", 15)
+        text = await until_async(faults_show, timeout=15, what="loops and drift in the metrics")
         check_metrics(text)
         nodes = {dict(key)["node"] for key in series(text, "nodesync_cri_up")}
         assert nodes == {"w-000", "w-001", "w-002", "w-003"}
@@ -79,7 +80,7 @@ async def test_each_node_has_the_agent_series_its_pods_and_faults_make() -> None
             after = await scrape(port)
             return not [k for k in series(after, "nodesync_cri_up") if dict(k)["node"] == "w-000"]
 
-        await eventually(gone, "the deleted node's series to go", 15)
+        await until_async(gone, timeout=15, what="the deleted node's series to go")
 
 
 def test_families_of_several_nodes_merge_into_one_per_name_with_the_node_label() -> None:

@@ -19,7 +19,8 @@ from exporter.kube.resources import NODES
 from nodesync_sim.fake.apiserver import APIServer
 from nodesync_sim.fake.scaleout import cli as sim_wave
 from tests.metrics.exposition import series
-from tests.sim.fake.scaleout.support import doc, eventually
+from tests.sim.fake.scaleout.support import doc
+from tests.support.wait import until_async
 
 SCENARIO = doc(
     old_nodes={"count": 1, "age_seconds": 3600},
@@ -67,7 +68,11 @@ async def test_the_command_runs_the_scenario_serves_metrics_and_stops(tmp_path: 
                 names = {n["metadata"]["name"] for n in (await api.list(NODES)).items}
                 return names if len(names) == 3 else None
 
-            assert await eventually(registered, "the nodes", 15) == {"old-000", "w-000", "w-001"}
+            assert await until_async(registered, timeout=15, what="the nodes") == {
+                "old-000",
+                "w-000",
+                "w-001",
+            }
         finally:
             await api.close()
 
@@ -77,7 +82,7 @@ async def test_the_command_runs_the_scenario_serves_metrics_and_stops(tmp_path: 
             nodes = {dict(k)["node"] for k in series(text, "nodesync_cri_up")}
             return nodes if len(nodes) == 3 else None
 
-        assert await eventually(served, "every node's metrics", 15) == {
+        assert await until_async(served, timeout=15, what="every node's metrics") == {
             "old-000",
             "w-000",
             "w-001",

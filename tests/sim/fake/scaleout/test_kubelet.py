@@ -19,7 +19,8 @@ from nodesync_sim.fake.scaleout import timeline
 from nodesync_sim.fake.scaleout.audit import WriteAudit
 from nodesync_sim.fake.scaleout.scenario_file import parse
 from nodesync_sim.fake.scaleout.simulator import Simulator, SimulatorError
-from tests.sim.fake.scaleout.support import FAST, Env, doc, eventually, simulating
+from tests.sim.fake.scaleout.support import FAST, Env, doc, simulating
+from tests.support.wait import until_async
 
 
 def _wave(count: int = 1, **more: object) -> dict[str, object]:
@@ -55,7 +56,9 @@ def _container(env: Env, pod: str) -> dict[str, Any]:
 
 async def test_a_node_registers_renews_its_lease_and_runs_its_pods() -> None:
     async with simulating(doc(waves=[_wave()])) as env:
-        await eventually(lambda: env.server.store.try_get("nodes", "w-000"), "registration")
+        await until_async(
+            lambda: env.server.store.try_get("nodes", "w-000"), timeout=10.0, what="registration"
+        )
         node = env.node("w-000")
         assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "w-000"
         assert {c["type"] for c in node["status"]["conditions"]} == {
@@ -64,37 +67,44 @@ async def test_a_node_registers_renews_its_lease_and_runs_its_pods() -> None:
             "DiskPressure",
             "PIDPressure",
         }
-        lease = await eventually(  # created right after the Node
+        lease = await until_async(
             lambda: env.server.store.try_get("leases", "w-000", namespace=LEASE_NAMESPACE),
-            "the Lease",
+            timeout=10.0,
+            what="the Lease",
         )
         assert lease["spec"]["holderIdentity"] == "w-000"
         assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
         first_renewal = lease["spec"]["renewTime"]
-        await eventually(lambda: env.ready("w-000")["status"] == "True", "Ready")
+        await until_async(
+            lambda: env.ready("w-000")["status"] == "True", timeout=10.0, what="Ready"
+        )
         assert env.ready("w-000")["reason"] == "KubeletReady"
-        await eventually(
+        await until_async(
             lambda: (
                 env.server.store.get("leases", "w-000", namespace=LEASE_NAMESPACE)["spec"][
                     "renewTime"
                 ]
                 > first_renewal
             ),
-            "a renewal",
+            timeout=10.0,
+            what="a renewal",
         )
         for pod in ("daemon-0-w-000", "app-w-000-0"):
-            await eventually(lambda p=pod: env.pod(p), f"{pod} bound")  # type: ignore[misc]
-            await eventually(
-                lambda p=pod: _status(env, p).get("phase") == "Running",  # type: ignore[misc]
-                f"{pod} running",
+            await until_async(lambda p=pod: env.pod(p), timeout=10.0, what=f"{pod} bound")  # type: ignore[misc]
+            await until_async(
+                lambda p=pod: _status(env, p).get("phase") == "Running",
+                timeout=10.0,
+                what=f"{pod} running",
             )
             container = _container(env, pod)
             assert "running" in container["state"]
             assert container["ready"] is True
         assert env.sim.runtimes["w-000"].has(env.pod("app-w-000-0")["metadata"]["uid"])  # type: ignore[index]
         heartbeat = env.ready("w-000")["lastHeartbeatTime"]
-        await eventually(
-            lambda: env.ready("w-000")["lastHeartbeatTime"] > heartbeat, "a status heartbeat"
+        await until_async(
+            lambda: env.ready("w-000")["lastHeartbeatTime"] > heartbeat,
+            timeout=10.0,
+            what="a status heartbeat",
         )
         whats = [e.what for e in env.sim.timeline.of("w-000")]
         assert whats[:2] == [timeline.REGISTERED, timeline.NOT_READY]
@@ -119,7 +129,11 @@ async def test_old_nodes_were_created_long_ago_and_are_ready() -> None:
             assert abs(_age(lease) - 3600) < 5
             assert abs(_age(env.pod(f"daemon-0-{name}")) - 3600) < 5
             # What the node got later (the ReplicaSet pod, once it reported Ready) is new.
-            app = await eventually(lambda n=name: env.pod(f"app-{n}-0"), "the app pod")  # type: ignore[misc]
+            app = await until_async(
+                lambda n=name: env.pod(f"app-{n}-0"),  # type: ignore[misc]
+                timeout=10.0,
+                what="the app pod",
+            )
             assert _age(app) < 60
 
 
@@ -175,12 +189,18 @@ async def test_never_ready_and_cri_timeouts_keep_ready_false_with_their_reasons(
     )
     async with simulating(doc(waves=[wave])) as env:
         # The Node itself: the kubelet knows it registers before the Node exists.
-        await eventually(lambda: env.server.store.try_get("nodes", "w-001"), "registration")
-        await eventually(
-            lambda: env.ready("w-001")["reason"] == "ContainerRuntimeUnhealthy", "runtime down"
+        await until_async(
+            lambda: env.server.store.try_get("nodes", "w-001"), timeout=10.0, what="registration"
+        )
+        await until_async(
+            lambda: env.ready("w-001")["reason"] == "ContainerRuntimeUnhealthy",
+            timeout=10.0,
+            what="runtime down",
         )
         assert env.ready("w-001")["status"] == "False"
-        await eventually(lambda: env.ready("w-001")["status"] == "True", "the runtime back", 10)
+        await until_async(
+            lambda: env.ready("w-001")["status"] == "True", timeout=10, what="the runtime back"
+        )
         ready = env.ready("w-000")
         assert (ready["status"], ready["reason"]) == ("False", "KubeletNotReady")
         assert "cni plugin not initialized" in ready["message"]
@@ -192,37 +212,46 @@ async def test_never_ready_and_cri_timeouts_keep_ready_false_with_their_reasons(
 async def test_a_silent_kubelet_stops_its_lease_and_turns_unknown_then_comes_back() -> None:
     wave = _wave(faults=[{"kind": "lease_stops", "share": 1, "at_seconds": 1, "for_seconds": 3}])
     async with simulating(doc(waves=[wave])) as env:
-        stopped = await eventually(
-            lambda: env.sim.timeline.first("w-000", timeline.LEASE_STOPPED), "the lease to stop"
+        stopped = await until_async(
+            lambda: env.sim.timeline.first("w-000", timeline.LEASE_STOPPED),
+            timeout=10.0,
+            what="the lease to stop",
         )
         lease = env.server.store.get("leases", "w-000", namespace=LEASE_NAMESPACE)
         last = _seconds(lease["spec"]["renewTime"])
         assert abs(last - float(stopped.detail)) < 0.01
-        unknown = await eventually(
-            lambda: env.sim.timeline.first("w-000", timeline.READY_UNKNOWN), "Ready Unknown"
+        unknown = await until_async(
+            lambda: env.sim.timeline.first("w-000", timeline.READY_UNKNOWN),
+            timeout=10.0,
+            what="Ready Unknown",
         )
         assert unknown.at - last >= FAST["node_monitor_grace_seconds"]
         ready = env.ready("w-000")
         assert (ready["status"], ready["reason"]) == ("Unknown", "NodeStatusUnknown")
         lease = env.server.store.get("leases", "w-000", namespace=LEASE_NAMESPACE)
         assert _seconds(lease["spec"]["renewTime"]) == last  # nothing renewed while silent
-        await eventually(
-            lambda: env.sim.timeline.first("w-000", timeline.LEASE_RESUMED), "the lease back"
+        await until_async(
+            lambda: env.sim.timeline.first("w-000", timeline.LEASE_RESUMED),
+            timeout=10.0,
+            what="the lease back",
         )
-        await eventually(lambda: env.ready("w-000")["status"] == "True", "Ready again")
+        await until_async(
+            lambda: env.ready("w-000")["status"] == "True", timeout=10.0, what="Ready again"
+        )
         assert _seconds(env.ready("w-000")["lastTransitionTime"]) >= int(unknown.at)
 
 
 async def test_pods_pending_stay_container_creating() -> None:
     wave = _wave(faults=[{"kind": "pods_pending", "share": 1}])
     async with simulating(doc(waves=[wave])) as env:
-        await eventually(lambda: env.pod("app-w-000-0"), "the pod bound")
-        await eventually(
+        await until_async(lambda: env.pod("app-w-000-0"), timeout=10.0, what="the pod bound")
+        await until_async(
             lambda: any(
                 e.detail == "default/app-w-000-0"
                 for e in env.sim.timeline.of("w-000", timeline.POD_PENDING)
             ),
-            "the pod reported Pending",
+            timeout=10.0,
+            what="the pod reported Pending",
         )
         status = _status(env, "app-w-000-0")
         assert status["phase"] == "Pending"
@@ -240,10 +269,11 @@ async def test_a_looping_container_restarts_with_back_off(
 ) -> None:
     wave = _wave(faults=[{"kind": kind, "share": 1}])
     async with simulating(doc(waves=[wave])) as env:
-        await eventually(lambda: env.pod("app-w-000-0"), "the pod bound")
-        await eventually(
+        await until_async(lambda: env.pod("app-w-000-0"), timeout=10.0, what="the pod bound")
+        await until_async(
             lambda: _container(env, "app-w-000-0").get("restartCount", 0) >= 3,
-            "three restarts",
+            timeout=10.0,
+            what="three restarts",
         )
         container = _container(env, "app-w-000-0")
         assert container["state"]["waiting"]["reason"] == "CrashLoopBackOff"
@@ -261,10 +291,11 @@ async def test_a_looping_container_restarts_with_back_off(
 async def test_an_eviction_is_confirmed_by_the_kubelet_and_a_cordon_changes_nothing() -> None:
     async with simulating(doc(waves=[_wave(2)])) as env:
         for pod in ("app-w-000-0", "app-w-001-0"):
-            await eventually(lambda p=pod: env.pod(p), "bound")  # type: ignore[misc]
-            await eventually(
-                lambda p=pod: _status(env, p).get("phase") == "Running",  # type: ignore[misc]
-                "running",
+            await until_async(lambda p=pod: env.pod(p), timeout=10.0, what="bound")  # type: ignore[misc]
+            await until_async(
+                lambda p=pod: _status(env, p).get("phase") == "Running",
+                timeout=10.0,
+                what="running",
             )
         # A cordoned, tainted node keeps running its pods.
         env.server.store.patch(
@@ -287,14 +318,17 @@ async def test_an_eviction_is_confirmed_by_the_kubelet_and_a_cordon_changes_noth
             await api.close()
         assert result.outcome == "evicted"
         evicted_at = time.monotonic()
-        await eventually(lambda: env.pod("app-w-000-0") is None, "the kubelet to confirm", 5)
+        await until_async(
+            lambda: env.pod("app-w-000-0") is None, timeout=5, what="the kubelet to confirm"
+        )
         # Confirmed well within its 30 s grace period, with a grace-0 delete of that uid.
         assert time.monotonic() - evicted_at < 5
         # The kubelet records the confirmation and removes what is left of the pod once the
         # server's answer reached it, which may be just after the pod left the store.
-        await eventually(
+        await until_async(
             lambda: bool(env.sim.timeline.of("w-000", timeline.POD_DELETED)),
-            "the confirmation recorded",
+            timeout=10.0,
+            what="the confirmation recorded",
         )
         assert not env.sim.runtimes["w-000"].has(uid)
         deletes = [e for e in env.audit.entries if e.verb == "delete" and e.resource == "pods"]
@@ -303,8 +337,10 @@ async def test_an_eviction_is_confirmed_by_the_kubelet_and_a_cordon_changes_noth
         assert {e.name for e in deletes} == {"app-w-000-0"}
         posts = len(env.sim.timeline.of("w-001"))
         heartbeat = env.ready("w-001")["lastHeartbeatTime"]
-        await eventually(
-            lambda: env.ready("w-001")["lastHeartbeatTime"] > heartbeat, "another status post"
+        await until_async(
+            lambda: env.ready("w-001")["lastHeartbeatTime"] > heartbeat,
+            timeout=10.0,
+            what="another status post",
         )
         assert _status(env, "app-w-001-0")["phase"] == "Running"
         assert len(env.sim.runtimes["w-001"].pod_uids()) == 2
@@ -313,7 +349,7 @@ async def test_an_eviction_is_confirmed_by_the_kubelet_and_a_cordon_changes_noth
 
 async def test_a_deleted_pod_is_stopped_in_the_runtime_before_the_kubelet_confirms() -> None:
     async with simulating(doc(waves=[_wave()])) as env:
-        await eventually(lambda: _running(env, "app-w-000-0"), "running")
+        await until_async(lambda: _running(env, "app-w-000-0"), timeout=10.0, what="running")
         pod = env.pod("app-w-000-0")
         assert pod is not None
         uid = pod["metadata"]["uid"]
@@ -333,23 +369,29 @@ async def test_a_deleted_pod_is_stopped_in_the_runtime_before_the_kubelet_confir
         env.server.settings.authorizer = probe
         env.server.store.delete("pods", "app-w-000-0", namespace="default")
         assert env.pod("app-w-000-0") is not None  # Terminating until the kubelet confirms
-        await eventually(lambda: env.pod("app-w-000-0") is None, "the kubelet to confirm")
+        await until_async(
+            lambda: env.pod("app-w-000-0") is None, timeout=10.0, what="the kubelet to confirm"
+        )
         # Its first confirmation came once it was stopped; a repeat (its watch of pods had not
         # delivered the deletion yet) only finds it gone.
         assert seen[0] == ("notready", ["exited"])
         assert all("running" not in containers for _, containers in seen)
         # What was left of it goes once the confirmation's answer reached the kubelet, which
         # may be just after the pod left the store.
-        await eventually(lambda: not runtime.has(uid), "what was left of the pod removed")
+        await until_async(
+            lambda: not runtime.has(uid), timeout=10.0, what="what was left of the pod removed"
+        )
 
 
 async def test_the_pods_of_a_silent_node_stay_terminating_until_it_comes_back() -> None:
     silent = {"kind": "lease_stops", "nodes": ["w-000"], "at_seconds": 2, "for_seconds": 6}
     async with simulating(doc(waves=[_wave(2, faults=[silent])])) as env:
         for pod in ("app-w-000-0", "app-w-001-0"):
-            await eventually(lambda p=pod: _running(env, p), "running")  # type: ignore[misc]
-        await eventually(
-            lambda: env.sim.timeline.first("w-000", timeline.LEASE_STOPPED), "the silence"
+            await until_async(lambda p=pod: _running(env, p), timeout=10.0, what="running")  # type: ignore[misc]
+        await until_async(
+            lambda: env.sim.timeline.first("w-000", timeline.LEASE_STOPPED),
+            timeout=10.0,
+            what="the silence",
         )
         uid = env.server.store.get("pods", "app-w-000-0", namespace="default")["metadata"]["uid"]
         pending = env.server.store.delete(
@@ -357,7 +399,9 @@ async def test_the_pods_of_a_silent_node_stay_terminating_until_it_comes_back() 
         )
         deadline = _seconds(pending["metadata"]["deletionTimestamp"])
         env.server.store.delete("pods", "app-w-001-0", namespace="default", grace_period_seconds=1)
-        await eventually(lambda: env.pod("app-w-001-0") is None, "the live kubelet to confirm")
+        await until_async(
+            lambda: env.pod("app-w-001-0") is None, timeout=10.0, what="the live kubelet to confirm"
+        )
 
         def renewed_after_deadline() -> bool:
             lease = env.server.store.get("leases", "w-001", namespace=LEASE_NAMESPACE)
@@ -365,7 +409,7 @@ async def test_the_pods_of_a_silent_node_stay_terminating_until_it_comes_back() 
 
         # The live node's Lease is renewed after the deadline: the server served that request
         # after any timer due at the deadline would have run.
-        await eventually(renewed_after_deadline, "a renewal after the deadline")
+        await until_async(renewed_after_deadline, timeout=10.0, what="a renewal after the deadline")
         assert env.sim.timeline.first("w-000", timeline.LEASE_RESUMED) is None, "too slow"
         terminating = env.pod("app-w-000-0")
         assert terminating is not None
@@ -373,8 +417,12 @@ async def test_the_pods_of_a_silent_node_stay_terminating_until_it_comes_back() 
             terminating["metadata"]["deletionTimestamp"] == pending["metadata"]["deletionTimestamp"]
         )
         assert env.sim.runtimes["w-000"].has(uid)  # nobody stopped it
-        await eventually(lambda: env.pod("app-w-000-0") is None, "the confirmation once back", 15)
+        await until_async(
+            lambda: env.pod("app-w-000-0") is None, timeout=15, what="the confirmation once back"
+        )
         assert env.sim.timeline.first("w-000", timeline.LEASE_RESUMED) is not None
         # Removed from the runtime once the confirmation's answer reached the kubelet (just
         # after the pod left the store).
-        await eventually(lambda: not env.sim.runtimes["w-000"].has(uid), "the pod removed")
+        await until_async(
+            lambda: not env.sim.runtimes["w-000"].has(uid), timeout=10.0, what="the pod removed"
+        )

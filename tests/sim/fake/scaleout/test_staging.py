@@ -17,7 +17,8 @@ from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_A
 from nodesync_sim.fake.scaleout.scenario import ScenarioError
 from nodesync_sim.fake.scaleout.scenario_file import parse
 from tests.metrics.exposition import labels, series
-from tests.sim.fake.scaleout.support import Env, doc, eventually, scrape, simulating
+from tests.sim.fake.scaleout.support import Env, doc, scrape, simulating
+from tests.support.wait import until_async
 
 
 def _cleanup_status(env: Env, node: str) -> dict[str, Any] | None:
@@ -60,7 +61,9 @@ async def test_marks_give_nodes_labels_taints_and_orphan_sandboxes() -> None:
         ],
     }
     async with simulating(doc(waves=[wave])) as env:
-        await eventually(lambda: env.server.store.try_get("nodes", "w-002"), "registration")
+        await until_async(
+            lambda: env.server.store.try_get("nodes", "w-002"), timeout=10.0, what="registration"
+        )
         assert env.node("w-001")["metadata"]["labels"]["nodesync.io/protected"] == "true"
         assert "nodesync.io/protected" not in env.node("w-000")["metadata"]["labels"]
         assert env.node("w-002")["spec"]["taints"] == [
@@ -72,8 +75,8 @@ async def test_marks_give_nodes_labels_taints_and_orphan_sandboxes() -> None:
         assert leftovers == {"leftover-0", "leftover-1"}
         port = await env.sim.serve_metrics()
         # The agent's own drift sees them, once older than the drift grace.
-        text = await eventually(
-            lambda: _orphans(port, "w-002"), "orphan sandbox drift on w-002", within=15
+        text = await until_async(
+            lambda: _orphans(port, "w-002"), timeout=15, what="orphan sandbox drift on w-002"
         )
         assert text == 2
 
@@ -93,12 +96,18 @@ async def test_a_cleanup_request_is_answered_done_and_removes_the_orphans() -> N
     }
     async with simulating(doc(waves=[wave])) as env:
         port = await env.sim.serve_metrics()
-        await eventually(lambda: _orphans(port, "w-001"), "orphan drift", within=15)
+        await until_async(lambda: _orphans(port, "w-001"), timeout=15, what="orphan drift")
         # The desired pod runs before the cleanup is asked for: the orphan's drift grace can
         # run out before the kubelet has started it (bound once the node is Ready).
-        await eventually(lambda: _pod_ready(env, "app-w-001-0") == "True", "the app pod running")
+        await until_async(
+            lambda: _pod_ready(env, "app-w-001-0") == "True",
+            timeout=10.0,
+            what="the app pod running",
+        )
         await _request_cleanup(env, "w-001", "req-1")
-        status = await eventually(lambda: _answered(env, "w-001", "req-1"), "the answer", 15)
+        status = await until_async(
+            lambda: _answered(env, "w-001", "req-1"), timeout=15, what="the answer"
+        )
         assert status["state"] == "done"
         assert status["removedSandboxes"] == 1
         names = {s.name for s in env.sim.runtimes["w-001"].snapshot(0).sandboxes}
@@ -121,14 +130,16 @@ async def test_a_frozen_runtime_reports_cri_down_and_answers_unavailable_then_re
             text = await scrape(port)
             return series(text, "nodesync_cri_up").get(labels(node=node)) == want
 
-        await eventually(lambda: cri_up("w-001", 1.0), "the runtime read")
-        await eventually(lambda: cri_up("w-001", 0.0), "the runtime frozen", within=10)
+        await until_async(lambda: cri_up("w-001", 1.0), timeout=10.0, what="the runtime read")
+        await until_async(lambda: cri_up("w-001", 0.0), timeout=10, what="the runtime frozen")
         assert await cri_up("w-000", 1.0)
         await _request_cleanup(env, "w-001", "req-frozen")
-        status = await eventually(lambda: _answered(env, "w-001", "req-frozen"), "answer", 10)
+        status = await until_async(
+            lambda: _answered(env, "w-001", "req-frozen"), timeout=10, what="answer"
+        )
         assert status["state"] == "unavailable"
         assert "DEADLINE_EXCEEDED" in status["error"]
-        await eventually(lambda: cri_up("w-001", 1.0), "the runtime back", within=15)
+        await until_async(lambda: cri_up("w-001", 1.0), timeout=15, what="the runtime back")
 
 
 async def test_an_agent_down_serves_nothing_and_answers_no_cleanup() -> None:
@@ -139,16 +150,20 @@ async def test_an_agent_down_serves_nothing_and_answers_no_cleanup() -> None:
     }
     async with simulating(doc(waves=[wave])) as env:
         port = await env.sim.serve_metrics()
-        await eventually(lambda: env.server.store.try_get("nodes", "w-001"), "registration")
+        await until_async(
+            lambda: env.server.store.try_get("nodes", "w-001"), timeout=10.0, what="registration"
+        )
 
         async def served(node: str) -> bool:
             text = await scrape(port)
             return labels(node=node) in series(text, "nodesync_cri_up")
 
-        await eventually(lambda: served("w-000"), "w-000's agent")
+        await until_async(lambda: served("w-000"), timeout=10.0, what="w-000's agent")
         await _request_cleanup(env, "w-000", "req-a")
         await _request_cleanup(env, "w-001", "req-b")
-        await eventually(lambda: _answered(env, "w-000", "req-a"), "w-000's answer")
+        await until_async(
+            lambda: _answered(env, "w-000", "req-a"), timeout=10.0, what="w-000's answer"
+        )
         # w-000's agent answered within a few periods; w-001's never does.
         for _ in range(5):
             await env.sim.metrics.sync_once()
@@ -163,8 +178,16 @@ async def test_a_pdb_refuses_evictions_until_it_is_relaxed() -> None:
     ]
     async with simulating(doc(waves=[wave], pdbs=pdbs)) as env:
         assert env.server.store.get("poddisruptionbudgets", "keep-all", namespace="default")
-        await eventually(lambda: _pod_ready(env, "app-w-000-0") == "True", "the app pod running")
-        await eventually(lambda: _pod_ready(env, "app-w-000-1") == "True", "the app pod running")
+        await until_async(
+            lambda: _pod_ready(env, "app-w-000-0") == "True",
+            timeout=10.0,
+            what="the app pod running",
+        )
+        await until_async(
+            lambda: _pod_ready(env, "app-w-000-1") == "True",
+            timeout=10.0,
+            what="the app pod running",
+        )
         async with KubeAPI(env.server.aio_configuration()) as api:
             writer = KubeWriter(api, eviction_backoff_initial=0.1, eviction_backoff_max=0.2)
             blocked = await writer.evict("default", "app-w-000-0", timeout=1.0)
@@ -185,12 +208,22 @@ async def test_pods_on_a_silent_node_turn_not_ready_and_back() -> None:
         "faults": [{"kind": "lease_stops", "nodes": ["w-001"], "at_seconds": 2, "for_seconds": 4}],
     }
     async with simulating(doc(waves=[wave])) as env:
-        await eventually(lambda: _pod_ready(env, "app-w-001-0") == "True", "the pod ready")
-        await eventually(lambda: env.ready("w-001")["status"] == "Unknown", "w-001 Unknown", 10)
-        await eventually(lambda: _pod_ready(env, "app-w-001-0") == "False", "pod not ready")
+        await until_async(
+            lambda: _pod_ready(env, "app-w-001-0") == "True", timeout=10.0, what="the pod ready"
+        )
+        await until_async(
+            lambda: env.ready("w-001")["status"] == "Unknown", timeout=10, what="w-001 Unknown"
+        )
+        await until_async(
+            lambda: _pod_ready(env, "app-w-001-0") == "False", timeout=10.0, what="pod not ready"
+        )
         assert _pod_ready(env, "app-w-000-0") == "True"
-        await eventually(lambda: env.ready("w-001")["status"] == "True", "w-001 back", 10)
-        await eventually(lambda: _pod_ready(env, "app-w-001-0") == "True", "pod ready again")
+        await until_async(
+            lambda: env.ready("w-001")["status"] == "True", timeout=10, what="w-001 back"
+        )
+        await until_async(
+            lambda: _pod_ready(env, "app-w-001-0") == "True", timeout=10.0, what="pod ready again"
+        )
 
 
 @pytest.mark.parametrize(
@@ -290,14 +323,18 @@ async def test_memory_pressure_shows_in_the_node_and_its_agent() -> None:
             conditions = found["status"]["conditions"]
             return next(c["status"] for c in conditions if c["type"] == "MemoryPressure")
 
-        await eventually(lambda: memory("w-001") == "True", "MemoryPressure on w-001")
+        await until_async(
+            lambda: memory("w-001") == "True", timeout=10.0, what="MemoryPressure on w-001"
+        )
         assert memory("w-000") == "False"
 
         async def pressure(node: str) -> float | None:
             text = await scrape(port)
             return series(text, "nodesync_host_pressure").get(labels(node=node, resource="memory"))
 
-        await eventually(lambda: _is(pressure("w-001"), 1.0), "the agent's memory pressure")
+        await until_async(
+            lambda: _is(pressure("w-001"), 1.0), timeout=10.0, what="the agent's memory pressure"
+        )
         assert await pressure("w-000") == 0.0
 
 
@@ -323,5 +360,5 @@ async def test_scrape_failures_fail_every_other_scrape_while_they_last() -> None
             assert seen[0] != seen[1]
             started = env.sim.clock.started_at
             assert started is not None
-            await eventually(lambda: env.sim.clock.t() > 3, "the failures' end")
+            await until_async(lambda: env.sim.clock.t() > 3, timeout=10.0, what="the failures' end")
             assert [await status() for _ in range(3)] == [200, 200, 200]
