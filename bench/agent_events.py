@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -43,7 +42,7 @@ import grpc.aio
 from bench.agent_sync import create_pods, reports_pods, scrape, start_agent
 from bench.harness.processes import Children, python_child
 from bench.harness.readiness import wait_port, wait_until
-from bench.harness.report import command, machine
+from bench.harness.report import command, machine, run_main
 from bench.harness.samplers import peak_rss_bytes
 from bench.harness.stats import summary_ms
 from exporter.cri.events import filters
@@ -244,16 +243,20 @@ async def run(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pods", type=int, default=110)
     parser.add_argument("--exits", type=int, default=100)
     parser.add_argument("--ooms", type=int, default=20)
     parser.add_argument("--containerd-bin", default=None)
-    args = parser.parse_args(argv)
-    result = asyncio.run(run(args.pods, args.exits, args.ooms, args.containerd_bin, argv))
-    print(json.dumps(result, indent=2))
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(
+        __doc__,
+        argv,
+        _options,
+        lambda args: run(args.pods, args.exits, args.ooms, args.containerd_bin, argv),
+    )
 
 
 if __name__ == "__main__":

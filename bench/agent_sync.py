@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import shutil
@@ -47,7 +46,7 @@ from prometheus_client import CollectorRegistry
 
 from bench.harness.processes import Children, python_child, start_nodesync
 from bench.harness.readiness import wait_port, wait_until
-from bench.harness.report import command, machine
+from bench.harness.report import command, machine, run_main
 from bench.harness.samplers import peak_rss_bytes, rss_bytes
 from bench.harness.stats import percentile
 from exporter.agent.sync import AgentSync
@@ -305,14 +304,13 @@ async def run(pods: int, rounds: int, argv: list[str] | None = None) -> dict[str
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pods", type=int, default=110)
     parser.add_argument("--rounds", type=int, default=100)
-    args = parser.parse_args(argv)
-    result = asyncio.run(run(args.pods, args.rounds, argv))
-    print(json.dumps(result, indent=2))
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(__doc__, argv, _options, lambda args: run(args.pods, args.rounds, argv))
 
 
 if __name__ == "__main__":

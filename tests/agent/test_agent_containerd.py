@@ -25,6 +25,7 @@ from nodesync_sim.real.runtime_pods import (
     run_mixed_pod,
     wait_for_state,
 )
+from tests.agent.conftest import Scrape
 from tests.agent.settings import agent_settings
 from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, series
@@ -37,33 +38,6 @@ SYNC_PERIOD = 0.2
 #: How long a change may take to show in /metrics.
 WITHIN = 20.0
 CRI_TIMEOUT = 0.5
-
-Scrape = Callable[[], Awaitable[str]]
-
-
-@pytest.fixture
-async def agent(
-    containerd: LocalContainerd,
-    tmp_path: Path,
-    unused_tcp_port: int,
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-) -> TestClient:
-    # Stats every second, not every minute: a first stats read that misses its 0.5 s CRI
-    # deadline on a busy machine is read again before a test's wait runs out.
-    settings = agent_settings(containerd, tmp_path, unused_tcp_port, stats_period=1.0)
-    return await aiohttp_client(make_app(settings, CollectorRegistry()))
-
-
-@pytest.fixture
-def scrape(agent: TestClient) -> Scrape:
-    async def _scrape() -> str:
-        # The scrape must never wait on the runtime: a 1 s client deadline enforces it.
-        response = await agent.get("/metrics", timeout=ClientTimeout(total=1.0))
-        assert response.status == 200
-        assert response.headers["Content-Type"].startswith("text/plain; version=")
-        return await response.text()
-
-    return _scrape
 
 
 def _value(text: str, name: str, **kv: str) -> float | None:

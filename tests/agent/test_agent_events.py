@@ -10,21 +10,16 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import Awaitable, Callable
-from pathlib import Path
+from typing import Any
 
 import pytest
-from aiohttp import ClientTimeout
-from aiohttp.test_utils import TestClient
-from prometheus_client import CollectorRegistry
 
-from exporter.agent.app import make_app
 from exporter.agent.sync import TRIGGERS
 from exporter.cri.client import CRIClient
 from exporter.model.runtime import ContainerState
 from nodesync_sim.real.containerd import LocalContainerd
 from nodesync_sim.real.runtime_pods import ContainerSpec, run_mixed_pod, run_pod
-from tests.agent.settings import agent_settings
+from tests.agent.conftest import Scrape
 from tests.metrics.exposition import labels, series
 from tests.support.wait import until_async
 
@@ -34,30 +29,11 @@ SYNC_PERIOD = 60.0
 SHOWN_WITHIN = 10.0
 """How soon a change must show: far less than the period, lenient for a busy machine."""
 
-Scrape = Callable[[], Awaitable[str]]
-
 
 @pytest.fixture
-async def agent(
-    containerd: LocalContainerd,
-    tmp_path: Path,
-    unused_tcp_port: int,
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-) -> TestClient:
-    settings = agent_settings(
-        containerd, tmp_path, unused_tcp_port, sync_period=SYNC_PERIOD, stats_period=0.0
-    )
-    return await aiohttp_client(make_app(settings, CollectorRegistry()))
-
-
-@pytest.fixture
-def scrape(agent: TestClient) -> Scrape:
-    async def _scrape() -> str:
-        response = await agent.get("/metrics", timeout=ClientTimeout(total=2.0))
-        assert response.status == 200
-        return await response.text()
-
-    return _scrape
+def agent_options() -> dict[str, Any]:
+    """A sync period longer than any test: what the agent shows comes through the events."""
+    return {"sync_period": SYNC_PERIOD, "stats_period": 0.0}
 
 
 def _value(text: str, name: str, **kv: str) -> float:
