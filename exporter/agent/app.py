@@ -16,6 +16,7 @@ from prometheus_client.exposition import choose_encoder
 from exporter import __version__
 from exporter.agent.cleanup import NodeCleanup
 from exporter.agent.exposition import agent_families
+from exporter.agent.keys import CLEANUP, REGISTRY, SETTINGS, SYNC
 from exporter.agent.runtime_events import RuntimeEvents
 from exporter.agent.settings import AgentSettings
 from exporter.agent.sync import SOURCE_CRI, TRIGGERS, AgentSync
@@ -41,11 +42,6 @@ if TYPE_CHECKING:
     from exporter.agent.api_connection import APIConnection
 
 log = logging.getLogger(__name__)
-
-SETTINGS = web.AppKey("settings", AgentSettings)
-REGISTRY = web.AppKey("registry", CollectorRegistry)
-SYNC = web.AppKey("sync", AgentSync)
-CLEANUP = web.AppKey("cleanup", NodeCleanup)  # set when the agent answers cleanup requests
 
 LANDING_PAGE = landing_page(
     "nodesync agent",

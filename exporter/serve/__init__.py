@@ -22,22 +22,16 @@ Both roles serve their application (/metrics, /healthz, /readyz; the controller'
   left is cancelled: the process exits within about the shutdown timeout plus 2 s.
 
 This package is the serving layer's face: the names the roles use. Its modules: ``clients``
-(client mistakes counted, requests in flight, the application's keys), ``middleware``
+(client mistakes counted, requests in flight), ``keys`` (the application's keys), ``middleware``
 (:func:`harden`), ``connections`` (each connection's protocol, the cap), ``site`` (the
 listener), ``lifecycle`` (:func:`serve`, :class:`Served`) and ``landing`` (the page at ``/``).
 """
 
 from __future__ import annotations
 
-from exporter.serve.clients import (
-    CLIENT_ERRORS,
-    IN_FLIGHT,
-    LOG_INTERVAL,
-    SERVER_SETTINGS,
-    ClientErrors,
-    InFlight,
-)
+from exporter.serve.clients import LOG_INTERVAL, ClientErrors, InFlight
 from exporter.serve.connections import FD_RESERVE, connection_cap
+from exporter.serve.keys import CLIENT_ERRORS, IN_FLIGHT, SERVER_SETTINGS
 from exporter.serve.landing import landing_page
 from exporter.serve.lifecycle import CANCEL_WAIT, ListenError, Served, serve
 from exporter.serve.middleware import close_if_unread, error_response, harden

@@ -9,13 +9,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from exporter.logs import RateLimitedLog
 from exporter.metrics.http import ClientErrorMetrics
 from exporter.model.names import shown
-from exporter.settings.server import ServerSettings
 
 log = logging.getLogger(__package__)  # one logger for the serving layer
 
@@ -49,9 +47,6 @@ class ClientErrors:
         )
 
 
-CLIENT_ERRORS = web.AppKey("client_errors", ClientErrors)
-
-
 class InFlight:
     """The requests being handled (in ``nodesync_http_requests_in_flight``); once ``stopping``,
     their answers close their connections."""
@@ -76,8 +71,3 @@ class InFlight:
 
     async def idle(self) -> None:
         await self._idle.wait()
-
-
-IN_FLIGHT = web.AppKey("in_flight", InFlight)
-#: The listener's settings: the timeouts handlers apply (the webhook's body read) and serve's.
-SERVER_SETTINGS = web.AppKey("server_settings", ServerSettings)

@@ -15,8 +15,9 @@ from typing import Any
 from aiohttp import web
 
 from exporter.logs import RateLimitedLog
-from exporter.serve.clients import CLIENT_ERRORS, IN_FLIGHT, LOG_INTERVAL, SERVER_SETTINGS
+from exporter.serve.clients import LOG_INTERVAL
 from exporter.serve.connections import Connections, connection_cap
+from exporter.serve.keys import CLIENT_ERRORS, IN_FLIGHT, SERVER_SETTINGS
 from exporter.serve.site import CappedSite
 
 log = logging.getLogger(__package__)

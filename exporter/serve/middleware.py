@@ -11,13 +11,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from exporter.metrics.http import reason_of_status
-from exporter.serve.clients import (
-    CLIENT_ERRORS,
-    IN_FLIGHT,
-    SERVER_SETTINGS,
-    ClientErrors,
-    InFlight,
-)
+from exporter.serve.clients import ClientErrors, InFlight
+from exporter.serve.keys import CLIENT_ERRORS, IN_FLIGHT, SERVER_SETTINGS
 from exporter.settings.server import ServerSettings
 
 

@@ -16,8 +16,9 @@ from aiohttp import ClientTimeout
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-from exporter.agent.app import CLEANUP, make_app
+from exporter.agent.app import make_app
 from exporter.agent.cleanup import NodeCleanup
+from exporter.agent.keys import CLEANUP
 from exporter.agent.settings import AgentSettings
 from exporter.cri.client import CRIClient
 from exporter.cri.pb import api_pb2, api_pb2_grpc

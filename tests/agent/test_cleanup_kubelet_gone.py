@@ -27,8 +27,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from exporter.agent.app import CLEANUP, make_app
+from exporter.agent.app import make_app
 from exporter.agent.cleanup import NodeCleanup
+from exporter.agent.keys import CLEANUP
 from exporter.cri.client import CRIClient
 from exporter.model.cleanup import ANSWERS, CleanupState, CleanupStatus, Remaining
 from exporter.model.rfc3339 import format_time, parse_time
