@@ -76,16 +76,30 @@ def is_failing(health: NodeHealth, now: float, grace: float) -> bool:
 
 
 def is_recovered(
-    conditions: Iterable[NodeCondition], lease_renew_time: float | None, now: float, grace: float
+    conditions: Iterable[NodeCondition],
+    lease_renew_time: float | None,
+    now: float,
+    grace: float,
+    *,
+    failing_when_decided: bool,
+    alert_started_at: float,
 ) -> bool:
-    """Ready is True and the Lease was renewed within ``grace`` (of a Node read live: a rollback
-    stops when its node recovered)."""
+    """The node recovered from a failure the API server showed (of a Node read live: a rollback
+    stops when its node recovered): Ready is True and the Lease was renewed within ``grace``,
+    and the node was failing when the rollback was decided, or its Ready turned True after the
+    alert started. A node the API server showed healthy all along was rolled back on other
+    evidence (a frozen runtime: kubelet keeps the node Ready and the Lease fresh for minutes),
+    about which Ready and the Lease say nothing."""
     ready = next((c for c in conditions if c.type == "Ready"), None)
-    return (
-        ready is not None
-        and ready.status == "True"
-        and lease_renew_time is not None
-        and now - lease_renew_time <= grace
+    if (
+        ready is None
+        or ready.status != "True"
+        or lease_renew_time is None
+        or now - lease_renew_time > grace
+    ):
+        return False
+    return failing_when_decided or (
+        ready.last_transition is not None and ready.last_transition > alert_started_at
     )
 
 

@@ -678,7 +678,8 @@ async def test_an_alert_resolved_before_its_rollback_started_cancels_it(b: Bench
 
 
 async def test_a_node_that_recovered_is_not_rolled_back(b: Bench) -> None:
-    b.add_node("new-1", ready="True", lease_age=2)
+    # NotReady when its alert started, Ready again (and its Lease fresh) when it is decided
+    b.add_node("new-1", ready="True", lease_age=2, changed_ago=1)
     await b.wait_cluster(1)
     executor = b.executor()
     await b.deliver(alert("new-1"))
@@ -689,6 +690,19 @@ async def test_a_node_that_recovered_is_not_rolled_back(b: Bench) -> None:
     assert b.event_reasons() == ["NodesyncCordonSkipped", "NodesyncRollback"]
     # its budget is released: nothing was touched
     assert executor.status().budget_absolute == 10
+
+
+async def test_a_node_ready_all_along_is_rolled_back_on_its_runtime_alert(b: Bench) -> None:
+    """A frozen runtime: kubelet keeps the node Ready and its Lease fresh for minutes while
+    the agent's alert asks for the rollback. That is no recovery: the rollback goes on."""
+    b.add_node("new-1", age=600, ready="True", lease_age=2, changed_ago=500)
+    await b.wait_cluster(1)
+    executor = b.executor()
+    await b.deliver(alert("new-1", alertname="NodesyncNewNodeCRIDown"))
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    assert rollback.status.phase is Phase.SUCCEEDED, rollback.status
+    assert b.node("new-1")["spec"].get("unschedulable") is True
 
 
 class Toggle:

@@ -198,7 +198,35 @@ def test_health(
     n = node("n", T0 - MIN, conditions=conditions)
     view = view_of([n], [lease("n", renew)])
     assert failing_since(view.nodes[0].health, NOW, 50.0) == since
-    assert is_recovered(conditions, renew, NOW, 50.0) is recovered
+    # A node rolled back while it was failing: healthy again is recovered.
+    recovery = is_recovered(
+        conditions, renew, NOW, 50.0, failing_when_decided=True, alert_started_at=NOW - MIN
+    )
+    assert recovery is recovered
+
+
+@pytest.mark.parametrize(
+    ("ready_since", "recovered"),
+    [
+        pytest.param(T0, False, id="ready-since-before-the-alert"),
+        pytest.param(NOW - 5, True, id="ready-again-after-the-alert-started"),
+    ],
+)
+def test_a_node_the_api_server_showed_healthy_when_decided_recovers_only_by_turning_ready(
+    ready_since: float, recovered: bool
+) -> None:
+    """A frozen runtime: kubelet keeps the node Ready and renews the Lease for minutes, the
+    agent's alert rolls it back. Ready and a fresh Lease then are no recovery; Ready again
+    after the alert started (kubelet said NotReady, then Ready) is."""
+    recovery = is_recovered(
+        ready("True", ready_since),
+        NOW - 1,
+        NOW,
+        50.0,
+        failing_when_decided=False,
+        alert_started_at=NOW - MIN,
+    )
+    assert recovery is recovered
 
 
 # ---------------------------------------------------------------- correlated failure

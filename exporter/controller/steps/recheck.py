@@ -3,8 +3,9 @@
 A node that is gone, or is another object under its name (another uid), ends the rollback:
 nothing left to do — unless the step found running is the deletion, which then finished before
 a restart. A node that became protected, control-plane or another remediator's stops it. A
-node that recovered (Ready and its Lease fresh) stops a node rollback and is given back (the
-executor undoes what the rollback's record says it did, or may have done). A paused rollback
+node that recovered (Ready and its Lease fresh after a failure the API server showed:
+exporter.model.health) stops a node rollback and is given back (the executor undoes what the
+rollback's record says it did, or may have done). A paused rollback
 (``spec.paused``) and, for node rollbacks, the correlated-failure guard make the step wait.
 """
 
@@ -52,6 +53,8 @@ async def precheck(ctx: StepContext, rollback: NodeRollback, index: int) -> Step
             ctx.lease(node.name),
             ctx.clock(),
             ctx.settings.policy.node_monitor_grace_period,
+            failing_when_decided=spec.decision.failing_since is not None,
+            alert_started_at=spec.trigger.starts_at,
         )
     ):
         return StepResult(
