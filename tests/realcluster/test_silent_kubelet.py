@@ -7,17 +7,17 @@ restarted, registers a new Node that is judged afresh."""
 from __future__ import annotations
 
 import time
-from collections import Counter
 
-import grpc
 import pytest
 
-from exporter.cri.pb import api_pb2, api_pb2_grpc
 from nodesync_sim.real.cluster import condition
 from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
     audit_mark,
+    containers_of,
+    controller_effects,
     create_pod,
+    follow_rollback,
     namespace,
     pod,
     product_events,
@@ -29,16 +29,7 @@ from tests.support.wait import until
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(420)]
 
-ROLLBACKS = "/apis/nodesync.io/v1alpha1/noderollbacks"
 UNREACHABLE = "node.kubernetes.io/unreachable"
-
-
-def containers_of(endpoint: str, uids: set[str]) -> list[str]:
-    """Ids of the containers (any state) the node's containerd holds for these pods."""
-    with grpc.insecure_channel(endpoint) as channel:
-        stub = api_pb2_grpc.RuntimeServiceStub(channel)
-        items = stub.ListContainers(api_pb2.ListContainersRequest(), timeout=5.0).containers
-    return [c.id for c in items if c.labels.get("io.kubernetes.pod.uid") in uids]
 
 
 def test_a_silent_kubelet_is_rolled_back_and_its_pods_containers_removed(
@@ -99,49 +90,22 @@ def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int) -> None:
             f"+{tainted_at - fault:.0f} s, alert +{alert_at - fault:.0f} s"
         )
 
-        def mine() -> list[dict]:
-            items = api.ok("GET", ROLLBACKS)["items"]
-            return [r for r in items if r["spec"]["nodeName"] == name]
-
-        until(mine, timeout=60, what="a NodeRollback for the node")
-        first_step = {}
-        rollback: dict = {}
-
-        def finished() -> bool:
-            nonlocal rollback
-            rollback = mine()[0]
-            phase = rollback.get("status", {}).get("phase")
-            if not first_step and any(
-                st.get("state") != "pending" for st in rollback.get("status", {}).get("steps", ())
-            ):
-                first_step["at"] = time.time()
-                print(f"first step +{first_step['at'] - fault:.0f} s")
-            # The correct outcome: nothing of the evicted pods runs on the node when it ends.
-            if phase == "Succeeded":
-                print(f"rollback Succeeded +{time.time() - fault:.0f} s")
-                assert containers_of(node.cri_endpoint, uids) == [], "containers left"
-            return phase in ("Succeeded", "Failed")
-
-        until(finished, timeout=180, what="the rollback to end")
-        done_at = time.time()
+        rollback, first_step_at, done_at = follow_rollback(api, name, 180)
+        print(
+            f"first step +{first_step_at - fault:.0f} s, rollback "
+            f"{rollback['status']['phase']} +{done_at - fault:.0f} s"
+        )
         assert rollback["status"]["phase"] == "Succeeded", rollback["status"]
+        # The correct outcome: nothing of the evicted pods runs on the node when it ends.
+        assert containers_of(node.cri_endpoint, uids) == [], "containers left"
         api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
 
         # Every effect exactly once, nothing refused.
         events = product_events(api, mark)
         assert refused(events) == []
-        controller = api.identities["nodesync-controller"].user
-        effects = Counter(
-            (e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("subresource"))
-            for e in events
-            if e["user"]["username"] == controller
-            and e["verb"] in ("create", "patch", "delete")
-            and e["objectRef"].get("resource") in ("nodes", "pods")
-            and 200 <= e["responseStatus"]["code"] < 300
-        )
+        effects = controller_effects(api, events)
         assert effects[("delete", "nodes", None)] == 1, effects
         assert effects[("create", "pods", "eviction")] == 2, effects
-        print(f"rollback done +{done_at - fault:.0f} s")
 
         # The kubelet, resumed and restarted, registers a new Node.
         node.restart_kubelet()

@@ -1,0 +1,162 @@
+"""A node's containerd freezes (SIGSTOP) while its kubelet lives: the kubelet keeps renewing the
+Lease and keeps the Node Ready until its own runtime request times out (``runtimeRequestTimeout``,
+2 minutes by default, left as shipped here); the agent sees the runtime down at its next sync,
+the shipped rule fires and nodesync rolls the node back long before. The test measures that lead:
+from nodesync's first step to kubelet's ``NodeNotReady``."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from exporter.model.rfc3339 import parse_time
+from nodesync_sim.real.cluster import condition
+from nodesync_sim.real.node import RealNode
+from tests.realcluster.helpers import (
+    audit_mark,
+    controller_effects,
+    create_pod,
+    events_about,
+    follow_rollback,
+    namespace,
+    pod,
+    product_events,
+    refused,
+    steps,
+    value,
+    wait_phase,
+)
+from tests.support.realcluster import RealChain
+from tests.support.wait import until
+
+pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(480)]
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+ALERT = "NodesyncNewNodeCRIDown"
+#: kubelet's NotReady comes once its runtime request (2 min) timed out, after the fault.
+KUBELET_VERDICT_TIMEOUT = 180.0
+NODESYNC_EVENTS = (
+    "NodesyncRollback",
+    "NodesyncCordon",
+    "NodesyncTaint",
+    "NodesyncDrain",
+    "NodesyncCleanupRuntimeSkipped",
+    "NodesyncVerify",
+    "NodesyncDeleteNode",
+)
+
+
+def test_a_frozen_containerd_is_rolled_back_while_kubelet_still_says_ready(
+    realchain: RealChain,
+) -> None:
+    realchain.healthy_node()  # not every node breaks: the controller-manager stays per-node
+    node = realchain.join()
+    mark = audit_mark(realchain.api)
+    try:
+        _frozen_runtime(realchain, node, mark)
+    finally:
+        node.containerd.thaw()
+        realchain.leave(node)  # broken: never reused
+
+
+def _ready(realchain: RealChain, name: str) -> str | None:
+    found = realchain.cluster.node_object(name)
+    return None if found is None else str(condition(found, "Ready").get("status"))
+
+
+def _became_not_ready(node: RealNode, after: float) -> float | None:
+    """When kubelet logged "Node became not ready" (klog: ``I1205 05:38:07.151039 ...``)."""
+    assert node.kubelet is not None
+    day = datetime.fromtimestamp(after, UTC).date()
+    for line in node.kubelet.log_path.read_text(errors="replace").splitlines():
+        if "Node became not ready" in line and "container runtime is down" in line:
+            clock = datetime.strptime(line.split()[1], "%H:%M:%S.%f").time()
+            return datetime.combine(day, clock, UTC).timestamp()
+    return None
+
+
+def _frozen_runtime(realchain: RealChain, node: RealNode, mark: int) -> None:
+    api = realchain.api
+    name = node.name
+    sel = f'node="{name}"'
+    with namespace(api) as ns:
+        pods = []
+        for i in range(2):
+            create_pod(api, ns, pod(f"app-{i}", node))
+            pods.append(wait_phase(api, ns, f"app-{i}", "Running"))
+
+        fault = time.time()
+        node.containerd.freeze()
+
+        until(
+            lambda: value(realchain, f"nodesync_cri_up{{{sel}}}") == 0, timeout=60, what="cri_up 0"
+        )
+        cri_down_at = time.time()
+        until(
+            lambda: realchain.prom.query(
+                f'ALERTS{{alertname="{ALERT}",{sel},alertstate="firing"}}'
+            ),
+            timeout=90,
+            what="the shipped rule to fire",
+        )
+        alert_at = time.time()
+        at_first_step: list[tuple[str | None, float | None]] = []
+
+        def first_step() -> None:
+            lease = api.ok("GET", f"{LEASES}/{name}")
+            at_first_step.append((_ready(realchain, name), parse_time(lease["spec"]["renewTime"])))
+
+        rollback, first_step_at, done_at = follow_rollback(api, name, 120, first_step)
+        # nodesync acted while the control plane still had the node Ready: kubelet renews the
+        # Lease, and has not said anything about its runtime yet.
+        [(ready, renewed)] = at_first_step
+        assert ready == "True"
+        assert renewed is not None
+        assert renewed > fault, "the Lease is renewed while containerd is frozen"
+        status = rollback["status"]
+        assert status["phase"] == "Succeeded", status
+        done = steps(rollback)
+        assert [s for s, step in done.items() if step["state"] == "done"] == [
+            "cordon",
+            "taint",
+            "drain",
+            "verify",
+            "delete_node",
+        ], done
+        assert done["cleanup_runtime"]["state"] == "skipped", done
+        assert done["cleanup_runtime"]["reason"] == "runtime_unavailable", done
+        api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
+
+        # kubelet's own verdict, from the same node: once its runtime request timed out it
+        # sets Ready False ("container runtime is down"). The Node is gone by then, so that
+        # status is refused, and its NodeNotReady Event is dropped by kubelet's own spam filter
+        # (the kernel log's SystemOOM Events of the machine used its burst): its log says when.
+        not_ready_at = until(
+            lambda: _became_not_ready(node, fault),
+            timeout=KUBELET_VERDICT_TIMEOUT,
+            what="kubelet's NotReady",
+        )
+        print(
+            f"frozen containerd {name}: cri_up 0 +{cri_down_at - fault:.0f} s, {ALERT} firing "
+            f"+{alert_at - fault:.0f} s, first step +{first_step_at - fault:.0f} s, rollback "
+            f"Succeeded +{done_at - fault:.0f} s, kubelet NodeNotReady "
+            f"+{not_ready_at - fault:.0f} s: nodesync's lead {not_ready_at - first_step_at:.0f} s"
+        )
+
+        # Every effect exactly once, nothing refused; each step's Event once on the Node.
+        events = product_events(api, mark)
+        assert refused(events) == []
+        effects = controller_effects(api, events)
+        assert effects[("delete", "nodes", None)] == 1, effects
+        assert effects[("create", "pods", "eviction")] == 2, effects
+        reasons = [e["reason"] for e in events_about(realchain, "Node", name)]
+        for reason in NODESYNC_EVENTS:
+            assert reasons.count(reason) == 1, (reason, reasons)
+
+        # containerd resumed: the kubelet, which still runs, stops the evicted pods and
+        # confirms their deletion.
+        node.containerd.thaw()
+        for p in pods:
+            api.wait_gone(f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}", timeout=90)
