@@ -8,7 +8,8 @@ conflicts, graceful deletion, PDB-checked eviction, Status error bodies, bearer-
 fault injection, and optionally HTTPS with a CA of its own (`tls`), so that kubectl accepts
 the kubeconfig it writes; `kubectl get` gets Nodes and NodeRollbacks as a server-side Table
 (`tables`).
-Nothing in the product imports this package; tests and the demo do.
+Nothing in the product imports this package; tests and the demo do. It serves what nodesync and
+the simulator call; fidelity beyond that is the real kube-apiserver's (nodesync_sim.real).
 
 Simplifications (each documented where it lives):
 - No managedFields, no server-side apply, no admission; field validation only of names,
@@ -25,6 +26,8 @@ Simplifications (each documented where it lives):
   served); it is handled as apiextensions handles a custom resource with a status subresource,
   but its schema is not checked beyond metadata and `spec`/`status` being objects.
 - events.k8s.io/v1, aggregated discovery, protobuf and YAML bodies are not served.
+- PATCH is a merge patch or a strategic merge patch without directives (see `patch`): no JSON
+  patch, which neither nodesync nor the simulator sends.
 - Only Nodes and NodeRollbacks are served as a Table; other kinds are plain JSON, which kubectl
   prints with its generic NAME and AGE columns.
 - A list with limit and resourceVersion="0" is paginated (the real watch cache may ignore limit).

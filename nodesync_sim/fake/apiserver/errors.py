@@ -155,7 +155,7 @@ def invalid(rt: ResourceType, name: str, field: str, cause_reason: str, detail: 
 
 
 def unprocessable(message: str) -> APIError:
-    """422 for a patch that cannot be applied (e.g. a failed json-patch test)."""
+    """422 for a patch that cannot be applied."""
     return APIError(422, "Invalid", message)
 
 
@@ -232,11 +232,7 @@ def not_found_path() -> APIError:
     return APIError(404, "NotFound", "the server could not find the requested resource")
 
 
-_PATCH_TYPES = (
-    "application/json-patch+json",
-    "application/merge-patch+json",
-    "application/strategic-merge-patch+json",
-)
+_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
 def unsupported_media_type(content_type: str, accepted: tuple[str, ...] = _PATCH_TYPES) -> APIError:

@@ -224,9 +224,7 @@ class Registry:
             except PatchError as exc:
                 if exc.code == 415:
                     raise errors.unsupported_media_type(content_type, accepted) from None
-                if exc.code == 400:
-                    raise errors.bad_request(exc.message) from None
-                raise errors.unprocessable(exc.message) from None
+                raise errors.bad_request(exc.message) from None
             check_type(rt, patched)
             meta = patched.get("metadata")
             if not isinstance(meta, dict):

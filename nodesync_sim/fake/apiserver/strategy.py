@@ -25,7 +25,7 @@ import uuid
 
 from nodesync_sim.fake.apiserver import errors
 from nodesync_sim.fake.apiserver.objects import JSONObject
-from nodesync_sim.fake.apiserver.patch import JSON_PATCH, MERGE_PATCH, PATCH_TYPES
+from nodesync_sim.fake.apiserver.patch import MERGE_PATCH, PATCH_TYPES
 from nodesync_sim.fake.apiserver.resources import NAMESPACES, ResourceType
 
 DEFAULT_GRACE_SECONDS = 30
@@ -115,7 +115,7 @@ def new_object(
 def patch_types(rt: ResourceType) -> tuple[str, ...]:
     """The PATCH media types the kind accepts: custom resources have no strategic merge."""
     if rt.custom:
-        return (JSON_PATCH, MERGE_PATCH)
+        return (MERGE_PATCH,)
     return PATCH_TYPES
 
 

@@ -21,7 +21,6 @@ from tests.sim.fake.apiserver.helpers import call
 GROUP, VERSION, PLURAL = "nodesync.io", "v1alpha1", "noderollbacks"
 API_VERSION = f"{GROUP}/{VERSION}"
 BASE = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
-JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 
@@ -304,18 +303,16 @@ def test_an_update_must_carry_a_current_resource_version(nrb: Objects) -> None:
     assert nrb.get()["spec"] == {"node": "new-1", "reason": "NotReady"}
 
 
-def test_merge_and_json_patches_of_the_main_resource(nrb: Objects) -> None:
+def test_merge_patches_of_the_main_resource(nrb: Objects) -> None:
     created = nrb.create(rollback())
     merged = nrb.patch({"spec": {"reason": "Pending"}, "status": {"phase": "Forged"}})
     assert merged["spec"] == {"node": "new-1", "reason": "Pending"}
     assert "status" not in merged
     assert merged["metadata"]["generation"] == 2
-    patched = nrb.patch([{"op": "replace", "path": "/spec/node", "value": "new-2"}], JSON_PATCH)
+    patched = nrb.patch({"spec": {"node": "new-2"}})
     assert patched["spec"]["node"] == "new-2"
     assert patched["metadata"]["generation"] == 3
-    labelled = nrb.patch(
-        [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}], JSON_PATCH
-    )
+    labelled = nrb.patch({"metadata": {"labels": {"a": "b"}}})
     assert labelled["metadata"]["generation"] == 3
     only_status = nrb.patch({"status": {"phase": "Forged"}})
     assert only_status["metadata"]["resourceVersion"] == labelled["metadata"]["resourceVersion"]
@@ -370,13 +367,11 @@ def test_status_writes_change_only_the_status(nrb: Objects) -> None:
     merged = nrb.patch_status({"status": {"step": 2}, "spec": {"node": "forged"}})
     assert merged["status"] == {"phase": "Cordoning", "step": 2}
     assert merged["spec"] == created["spec"]
-    jsoned = nrb.patch_status(
-        [{"op": "replace", "path": "/status/phase", "value": "Done"}], JSON_PATCH
-    )
-    assert jsoned["status"] == {"phase": "Done", "step": 2}
-    assert jsoned["metadata"]["generation"] == 1
+    patched_status = nrb.patch_status({"status": {"phase": "Done"}})
+    assert patched_status["status"] == {"phase": "Done", "step": 2}
+    assert patched_status["metadata"]["generation"] == 1
     read = nrb.api.get_cluster_custom_object_status(GROUP, VERSION, PLURAL, "rb-1")
-    assert read == jsoned
+    assert read == patched_status
     with pytest.raises(ApiException) as info:
         nrb.patch_status({"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]}})
     assert info.value.status == 409
