@@ -20,10 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.controllers import (
-    NODE_ROLLBACK_EVENTS,
-    ROLLBACK_ARGS,
-    Scene,
+from tests.support.acceptance import NODE_ROLLBACK_EVENTS, ROLLBACK_ARGS
+from tests.support.kubeproxy import Predicate
+from tests.support.rollback_requests import (
     alert,
     cleanup_request_on,
     cordon_of,
@@ -34,7 +33,7 @@ from tests.support.controllers import (
     taint_of,
     uncordon_of,
 )
-from tests.support.kubeproxy import Predicate
+from tests.support.scene import Scene
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(120)]
 

@@ -14,17 +14,9 @@ from collections import Counter
 
 import pytest
 
-from tests.support.controllers import (
-    DEADLINE,
-    NODE_ROLLBACK_EVENTS,
-    ROLLBACK_ARGS,
-    Scene,
-    alert,
-    cordon_of,
-    payload,
-    rollback_created,
-    steps,
-)
+from tests.support.acceptance import DEADLINE, NODE_ROLLBACK_EVENTS, ROLLBACK_ARGS
+from tests.support.rollback_requests import alert, cordon_of, payload, rollback_created, steps
+from tests.support.scene import Scene
 from tests.support.wait import until
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(180)]

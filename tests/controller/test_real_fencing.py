@@ -32,9 +32,10 @@ from exporter.model.rfc3339 import parse_time
 from exporter.settings.declare import changed
 from nodesync_sim.real.kube_apiserver import ADMIN, LocalKubeAPIServer
 from tests.controller.executor_harness import node_object
-from tests.support.controllers import NODEROLLBACKS, alert, payload
+from tests.support.acceptance import NODEROLLBACKS
 from tests.support.kubeapi import KubeCleanup
 from tests.support.realkube import is_product
+from tests.support.rollback_requests import alert, payload
 from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(180)]

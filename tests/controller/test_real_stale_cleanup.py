@@ -11,14 +11,9 @@ import uuid
 
 import pytest
 
-from tests.support.controllers import (
-    CLEANUP_REQUEST,
-    CLEANUP_STATUS,
-    ROLLBACK_ARGS,
-    Scene,
-    alert,
-    steps,
-)
+from tests.support.acceptance import CLEANUP_REQUEST, CLEANUP_STATUS, ROLLBACK_ARGS
+from tests.support.rollback_requests import alert, steps
+from tests.support.scene import Scene
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.timeout(120)]
 

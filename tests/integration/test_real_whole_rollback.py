@@ -7,7 +7,7 @@ just before the delete, ``kubectl describe node`` showing every nodesync Event o
 the refusal of a second alert of the same delivery included.
 
 Nobody runs a kubelet here: the test confirms the evicted pod's deletion as a kubelet would
-(tests/support/controllers.py, Scene.play_node_side), and never answers the cleanup itself.
+(tests/support/scene.py, Scene.play_node_side), and never answers the cleanup itself.
 """
 
 from __future__ import annotations
@@ -28,16 +28,10 @@ from exporter.cri.client import CRIClient
 from nodesync_sim.real.containerd import LocalContainerd
 from nodesync_sim.real.kube_apiserver import ADMIN, AGENT, CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
-from tests.support.controllers import (
-    DEADLINE,
-    NODE_ROLLBACK_EVENTS,
-    ROLLBACK_ARGS,
-    Scene,
-    alert,
-    delete_of,
-    steps,
-)
+from tests.support.acceptance import DEADLINE, NODE_ROLLBACK_EVENTS, ROLLBACK_ARGS
 from tests.support.realkube import AGENT_RBAC, code, rbac_applied, requests, user_of
+from tests.support.rollback_requests import alert, delete_of, steps
+from tests.support.scene import Scene
 from tests.support.wait import until
 
 pytestmark = [pytest.mark.kubeapi, pytest.mark.containerd, pytest.mark.timeout(240)]

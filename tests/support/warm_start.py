@@ -4,7 +4,7 @@ The interpreter starts and imports the controller's modules (about 4 s of a busy
 the Kubernetes client), prints :data:`WARM`, then waits for SIGUSR1. On the signal it reads its
 arguments from ``ARGV_FILE`` (a JSON list) and runs ``exporter``'s ``__main__`` exactly as
 ``python -m exporter ARGS...`` does. Until then it has opened no port, no file, no connection:
-tests keep a few of these ready (tests/support/controllers.py), so that starting a controller
+tests keep a few of these ready (tests/support/controller_process.py), so that starting a controller
 costs the controller's own start, not Python's imports.
 
 A process whose parent is gone (the test run was killed) exits by itself.
