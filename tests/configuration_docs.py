@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from exporter.cli import get_parser
 from exporter.configuration_docs import render
+from tests.support.docs import CONFIGURATION_DOC
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+DOC = CONFIGURATION_DOC
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,9 +4,6 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from tests.dashboards.grafana import (
     dashboard_files,
     label_values_metric,
@@ -18,25 +15,14 @@ from tests.dashboards.grafana import (
     variables,
 )
 from tests.rules.rulefiles import all_rules
+from tests.support.docs import documented_metric_types
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
-_ROW = re.compile(r"^\|\s*`(nodesync_[a-zA-Z0-9_]*)`\s*\|\s*([a-z]+)\s*\|")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 PROMETHEUS_OWN = {"ALERTS", "ALERTS_FOR_STATE", "up"}
 
 PENDING: dict[str, str] = {}
 """Names a dashboard may show before docs/metrics.md lists them, while the part that exports
 them is being built: name → what. Each must leave this list once documented."""
-
-
-def documented() -> dict[str, str]:
-    """Documented metric name → type (gauge, counter, histogram)."""
-    found: dict[str, str] = {}
-    for line in DOC.read_text(encoding="utf-8").splitlines():
-        row = _ROW.match(line)
-        if row:
-            found[row.group(1)] = row.group(2)
-    return found
 
 
 def recording_rules() -> set[str]:
@@ -71,15 +57,15 @@ def _base(name: str, docs: dict[str, str]) -> str:
 
 
 def test_the_doc_table_reader_finds_every_section() -> None:
-    docs = documented()
+    docs = documented_metric_types()
     assert docs["nodesync_cri_request_duration_seconds"] == "histogram"
     assert docs["nodesync_container_terminations_total"] == "counter"
     assert docs["nodesync_node_condition"] == "gauge"
     assert len(docs) > 50
 
 
-def test_every_nodesync_metric_used_is_documented() -> None:
-    docs = documented()
+def test_every_nodesync_metric_used_is_documented_metric_types() -> None:
+    docs = documented_metric_types()
     missing = {
         name: sorted(where)
         for name, where in used_names().items()
@@ -89,7 +75,7 @@ def test_every_nodesync_metric_used_is_documented() -> None:
 
 
 def test_histogram_suffixes_are_used_only_on_histograms() -> None:
-    docs = documented()
+    docs = documented_metric_types()
     wrong = {
         name
         for name in used_names()
@@ -123,7 +109,7 @@ def test_no_other_metric_is_used() -> None:
 def test_pending_names_are_still_pending() -> None:
     """Once the doc lists a pending name, it must leave PENDING (so the check above covers it);
     a pending name nothing uses any more must leave too."""
-    docs = documented()
+    docs = documented_metric_types()
     used = used_names()
     assert not {name for name in PENDING if name in docs}, "documented now: remove from PENDING"
     assert not {name for name in PENDING if name not in used}, "unused: remove from PENDING"

@@ -27,9 +27,9 @@ from nodesync_sim.real.runtime_pods import (
 )
 from tests.agent.conftest import Scrape
 from tests.agent.settings import agent_settings
-from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
+from tests.support.docs import METRICS_DOC, documented_metric_names, exposed_metric_names
 from tests.support.wait import until_async
 
 pytestmark = [pytest.mark.containerd, pytest.mark.containerd_releases]
@@ -114,7 +114,7 @@ async def test_exposition_passes_promtool_and_matches_the_docs(
         what="the mixed pod to settle and the first stats refresh",
     )
     check_metrics(text)
-    markdown = DOC.read_text()
+    markdown = METRICS_DOC.read_text()
     documented = set().union(
         *(documented_metric_names(markdown, s) for s in ("Agent", "HTTP server", "Process"))
     )

@@ -10,14 +10,14 @@ import pytest
 
 from exporter.metrics.nodes import GROUPS, NODE_FAMILIES
 from tests.controller.every_series import rich_controller_exposition
-from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.promtool import check_metrics
+from tests.support.docs import METRICS_DOC, documented_metric_names, exposed_metric_names
 
 SECTIONS = ("Controller", "Kubernetes API client", "HTTP server", "Process")
 
 
 def test_controller_exposition_matches_the_doc() -> None:
-    markdown = DOC.read_text()
+    markdown = METRICS_DOC.read_text()
     documented = set().union(*(documented_metric_names(markdown, s) for s in SECTIONS))
     exposed = exposed_metric_names(rich_controller_exposition())
     assert sorted(exposed - documented) == [], "exposed but not documented"
@@ -25,7 +25,7 @@ def test_controller_exposition_matches_the_doc() -> None:
 
 
 def test_the_controller_section_is_exactly_the_controller_families() -> None:
-    markdown = DOC.read_text()
+    markdown = METRICS_DOC.read_text()
     # "## Controller" itself, not "## Controller: webhook" and the like
     own = documented_metric_names(markdown, "Controller") - documented_metric_names(
         markdown, "Controller: "
@@ -56,13 +56,13 @@ def _switch_rows(markdown: str) -> dict[str, tuple[str, set[str]]]:
 def test_the_collector_switches_are_documented_as_declared() -> None:
     """Every switch, its default and the families it exports, in docs/metrics.md; and every
     per-node family has a switch."""
-    rows = _switch_rows(DOC.read_text())
+    rows = _switch_rows(METRICS_DOC.read_text())
     assert rows == {g.flag: ("on" if g.default else "off", set(g.families)) for g in GROUPS}
     switched = {f for g in GROUPS for f in g.families}
     assert {f.name for f in NODE_FAMILIES} <= switched
 
 
 def test_the_configuration_doc_names_every_switch() -> None:
-    configuration = (DOC.parent / "configuration.md").read_text()
+    configuration = (METRICS_DOC.parent / "configuration.md").read_text()
     for g in GROUPS:
         assert f"`{g.flag}`, `--no-{g.flag.removeprefix('--')}`" in configuration

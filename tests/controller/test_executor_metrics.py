@@ -11,9 +11,15 @@ from exporter.controller.executor import OTHER_REASON, REFUSAL_REASONS, ROLLBACK
 from exporter.metrics.rollback import ACTIONS, PHASES, RESULTS, ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
 from exporter.model.rollback import Phase, StepKind, StepState
-from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, render, series
 from tests.metrics.promtool import check_metrics
+from tests.support.docs import (
+    METRICS_DOC,
+    documented_metric_names,
+    exposed_metric_names,
+    metric_rows,
+    section,
+)
 
 SECTION = "Controller: rollback"
 
@@ -102,26 +108,18 @@ def test_label_values_are_the_code_s() -> None:
 
 
 def section_text() -> str:
-    text = DOC.read_text()
-    start = text.index(f"## {SECTION}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else None]
+    return section(METRICS_DOC.read_text(), SECTION)
 
 
 def test_the_section_names_exactly_the_rollback_metrics() -> None:
-    documented = documented_metric_names(DOC.read_text(), SECTION)
+    documented = documented_metric_names(METRICS_DOC.read_text(), SECTION)
     exposed = exposed_metric_names(exposition())
     assert sorted(exposed - documented) == [], "exposed but not documented"
     assert sorted(documented - exposed) == [], "documented but not exposed"
 
 
 def test_the_section_lists_every_label_value() -> None:
-    rows = {
-        m.group(1): m.group(2)
-        for m in re.finditer(
-            r"^\| `(nodesync_[a-z_]+)` \| [a-z]+ \| ([^|]*) \|", section_text(), re.M
-        )
-    }
+    rows = metric_rows(section_text())
     values = re.findall(r"`([a-z_]+)`", rows["nodesync_actions_total"])
     assert values == ["action", *ACTIONS, "result", *RESULTS]
     values = re.findall(r"`([a-z_]+)`", rows["nodesync_guard_refusals_total"])

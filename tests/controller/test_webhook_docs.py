@@ -12,8 +12,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.controller.journal import DECISION_VERDICTS, FAILURE_REASONS
 from exporter.metrics.webhook import WEBHOOK_CODES, WebhookMetrics
 from tests.controller.webhook_every_series import rich_webhook
-from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.promtool import check_metrics
+from tests.support.docs import (
+    METRICS_DOC,
+    documented_metric_names,
+    exposed_metric_names,
+    metric_rows,
+    section,
+)
 
 SECTION = "Controller: webhook"
 
@@ -25,26 +31,18 @@ def exposition() -> str:
 
 
 def section_text() -> str:
-    text = DOC.read_text()
-    start = text.index(f"## {SECTION}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else None]
+    return section(METRICS_DOC.read_text(), SECTION)
 
 
 def test_the_section_names_exactly_the_webhook_metrics() -> None:
-    documented = documented_metric_names(DOC.read_text(), SECTION)
+    documented = documented_metric_names(METRICS_DOC.read_text(), SECTION)
     exposed = exposed_metric_names(exposition())
     assert sorted(exposed - documented) == [], "exposed but not documented"
     assert sorted(documented - exposed) == [], "documented but not exposed"
 
 
 def test_the_section_lists_every_label_value() -> None:
-    rows = {
-        m.group(1): m.group(2)
-        for m in re.finditer(
-            r"^\| `(nodesync_[a-z_]+)` \| [a-z]+ \| ([^|]*) \|", section_text(), re.M
-        )
-    }
+    rows = metric_rows(section_text())
     assert re.findall(r"`(\d{3})`", rows["nodesync_webhook_requests_total"]) == list(WEBHOOK_CODES)
     assert re.findall(r"`([a-z_]+)`", rows["nodesync_journal_decisions"])[1:] == list(
         DECISION_VERDICTS

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.manifests import DEPLOY, ROOT
-from tests.rules.rulefiles import markdown_anchors
+from tests.support.docs import markdown_anchors
 
 DOCS = [
     ROOT / "README.md",

@@ -16,7 +16,8 @@ import pytest
 from nodesync_sim.yamlfile import load_file, loads
 from tests.deploy import prometheusrule
 from tests.deploy.manifests import COMPONENTS, OVERLAYS, ROOT, Obj, build, one
-from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, load, markdown_anchors
+from tests.rules.rulefiles import ALERTMANAGER_CONFIG, binary, explain, load
+from tests.support.docs import markdown_anchors
 
 MONITORING = COMPONENTS / "monitoring"
 

@@ -16,9 +16,9 @@ from exporter.kube.errors import (
 )
 from exporter.kube.observer import RequestObserver, code_label
 from exporter.metrics.kube_requests import KUBE_REQUEST_BUCKETS, KubeRequestMetrics
-from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.exposition import labels, series
 from tests.metrics.promtool import check_metrics
+from tests.support.docs import METRICS_DOC, documented_metric_names, exposed_metric_names
 
 
 def scrape(registry: CollectorRegistry) -> str:
@@ -109,7 +109,9 @@ def test_code_label(error: Exception, label: str) -> None:
 
 
 def test_the_doc_section_lists_exactly_these_metrics() -> None:
-    documented = documented_metric_names(DOC.read_text(), section_prefix="Kubernetes API client")
+    documented = documented_metric_names(
+        METRICS_DOC.read_text(), section_prefix="Kubernetes API client"
+    )
     assert documented == exposed_metric_names(full_exposition())
 
 

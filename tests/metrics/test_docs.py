@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.metrics.docs_table import DOC, documented_metric_names, exposed_metric_names
 from tests.metrics.every_series import rich_agent_exposition
 from tests.metrics.promtool import check_metrics
+from tests.support.docs import METRICS_DOC, documented_metric_names, exposed_metric_names
 
 
 def test_agent_exposition_matches_the_doc() -> None:
-    markdown = DOC.read_text()
+    markdown = METRICS_DOC.read_text()
     # the agent's sections, its listener's and its process's (shared with the controller)
     documented = set().union(
         *(documented_metric_names(markdown, s) for s in ("Agent", "HTTP server", "Process"))

@@ -7,24 +7,16 @@ import re
 import pytest
 
 from nodesync_sim.fake.apiserver.rbac import Permission
-from tests.deploy.manifests import ROOT
 from tests.rbac.harness import AGENT, CONTROLLER, PROMETHEUS, shipped_rbac
-
-DOC = ROOT / "docs" / "rbac.md"
+from tests.support.docs import RBAC_DOC, section
 
 Grant = tuple[str, str, tuple[str, ...], str, str]  # group, resource, names, verb, scope
-
-
-def _section(text: str, heading: str) -> str:
-    match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match, f"docs/rbac.md has no section {heading!r}"
-    return match.group(1)
 
 
 def documented(heading: str) -> set[Grant]:
     rows = [
         [cell.strip() for cell in line.strip().strip("|").split("|")]
-        for line in _section(DOC.read_text(encoding="utf-8"), heading).splitlines()
+        for line in section(RBAC_DOC.read_text(encoding="utf-8"), heading).splitlines()
         if line.startswith("| ") and not line.startswith("| API group")
     ]
     grants: set[Grant] = set()

@@ -3,10 +3,8 @@ promtool and amtool."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,47 +101,3 @@ def explain(result: subprocess.CompletedProcess[str]) -> str:
         f"{' '.join(result.args)} exited {result.returncode}\n"
         f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     )
-
-
-def github_anchor(heading: str) -> str:
-    """The anchor GitHub gives a Markdown heading: lowercase, punctuation dropped, spaces to
-    hyphens."""
-    text = unicodedata.normalize("NFKC", heading).strip().lower()
-    text = re.sub(r"[^\w\- ]", "", text)
-    return text.replace(" ", "-")
-
-
-def markdown_anchors(text: str) -> list[str]:
-    anchors: list[str] = []
-    in_code = False
-    for line in text.splitlines():
-        if line.startswith("```"):
-            in_code = not in_code
-            continue
-        match = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
-        if match and not in_code:
-            anchors.append(github_anchor(match.group(1)))
-    return anchors
-
-
-def markdown_table(text: str, first_header: str) -> list[dict[str, str]]:
-    """The rows of the first Markdown table whose first header cell is ``first_header``, as
-    dicts keyed by header; backticks around cells are removed."""
-    lines = text.splitlines()
-    for index, line in enumerate(lines):
-        cells = _cells(line)
-        if cells and cells[0] == first_header:
-            rows: list[dict[str, str]] = []
-            for row in lines[index + 2 :]:
-                if not row.startswith("|"):
-                    break
-                values = _cells(row)
-                rows.append(dict(zip(cells, values, strict=True)))
-            return rows
-    raise AssertionError(f"no table with first header {first_header!r}")
-
-
-def _cells(line: str) -> list[str]:
-    if not line.startswith("|"):
-        return []
-    return [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]

@@ -28,13 +28,12 @@ from tests.rules.rulefiles import (
     explain,
     groups,
     load,
-    markdown_anchors,
-    markdown_table,
     rule_files,
     rules,
     run,
     unit_test_files,
 )
+from tests.support.docs import markdown_anchors, markdown_table, section
 
 RULE_FILES = rule_files()
 UNIT_TEST_FILES = unit_test_files()
@@ -139,17 +138,15 @@ def test_the_runbook_base_is_the_projects_repository() -> None:
     assert RUNBOOK_BASE_URL.startswith(urls["Repository"] + "/blob/")
 
 
-def _severities_section() -> str:
-    text = RULES_DOC.read_text(encoding="utf-8")
-    match = re.search(r"^## Severities\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match, "docs/rules.md has no section Severities"
-    return match.group(1)
-
-
 def test_only_what_needs_a_person_is_critical() -> None:
     """kube-prometheus' Alertmanager pages for severity=critical: an alert nodesync remediates
     by itself (an action other than none) must not be critical unless docs/rules.md says why."""
-    rows = {row["Severity"]: row for row in markdown_table(_severities_section(), "Severity")}
+    rows = {
+        row["Severity"]: row
+        for row in markdown_table(
+            section(RULES_DOC.read_text(encoding="utf-8"), "Severities"), "Severity"
+        )
+    }
     assert set(rows) == set(SEVERITIES)
     listed = {
         severity: set(re.findall(r"`?(Nodesync\w+)`?", row["Alerts"]))

@@ -12,7 +12,7 @@ import pytest
 from nodesync_sim.fake.scaleout.scenario import FAULT_KINDS, Timing
 from nodesync_sim.fake.scaleout.scenario_file import CONTROLLER_KEYS, TOP_KEYS
 from tests.deploy.test_links import _check
-from tests.rules.rulefiles import markdown_anchors, markdown_table
+from tests.support.docs import markdown_anchors, markdown_table
 
 DOCS = Path(__file__).resolve().parents[4] / "docs"
 SIMULATOR = (DOCS / "simulator.md").read_text(encoding="utf-8")
