@@ -4,9 +4,10 @@ active NodeRollback is driven step by step, its status in the API server the rec
 One pass (after each committed webhook delivery, after a rollback stops or waits, and every poll
 interval), while this controller leads:
 
-1. The intake decides every new alert in the journal. Each NodeRollback it creates gets its
-   driver at once, before the intake goes on (fencing first: docs/hook.md); refusals are
-   recorded after the last accepted alert, and their Events written last (EventLane).
+1. The intake decides every new alert in the journal. The NodeRollbacks it creates get their
+   drivers once every accepted alert of the pass is carried out, before the intake records
+   anything else (fencing first: docs/hook.md); refusals are recorded after that, and their
+   Events written last (EventLane).
 2. Every active NodeRollback without a driver gets one, oldest first. A node rollback's fencing
    steps (cordon, taint: they only keep new pods off a failed node) run at once; the steps after
    them only while fewer than ``--guard.max-concurrent-rollbacks`` are being driven (the others
@@ -244,7 +245,7 @@ class Executor:
         view = self._cluster.view()
         self._pause.paused = correlated_failure(view, self._policy, self._clock()).paused
         async for created in self.intake.decide():
-            self._schedule([created])  # its fencing starts before the next alert is carried out
+            self._schedule([created])  # its fencing starts before any refusal is recorded
         if self._settings.dry_run:
             return
         self._schedule()

@@ -11,11 +11,14 @@ the decision carried out:
 - waits: reported once (metric, Event) and decided again at the next pass.
 
 Fencing first: a pass carries out the accepted decisions (plan, join, escalate) as it makes
-them and hands each NodeRollback it created to the executor at once (``decide`` yields it), so
-that its cordon is under way before anything else of the pass is written. Refusals and waits
-are decided in the same order but recorded after the last accepted one (journal, metric, log),
-and their Events go through the ``EventLane``: written last, at the lowest write priority, by
-a task of their own (exporter.controller.audit).
+them, and once every accepted alert of the pass is carried out, hands each NodeRollback it
+created to the executor (``decide`` yields them), so that their cordons are under way before
+anything else of the pass is written. No rollback is driven before the other accepted alerts
+of its pass are decided: an escalation in the same delivery changes the rollback before its
+first step, rather than after the weaker action asked for a cleanup. Refusals and waits are
+decided in the same order but recorded after the last NodeRollback was handed over (journal,
+metric, log), and their Events go through the ``EventLane``: written last, at the lowest write
+priority, by a task of their own (exporter.controller.audit).
 
 The decision is saved in the journal after its effect in the cluster, so an alert whose
 NodeRollback could not be created is decided again; one that was created and whose decision
@@ -124,13 +127,14 @@ class Intake:
 
     async def decide(self) -> AsyncIterator[NodeRollback]:
         """Decide every alert waiting for a decision (``decided`` says how many were). Each
-        accepted one is carried out at once, and each NodeRollback it created yielded, before
-        the next alert; refusals and waits are recorded once the last accepted one was."""
+        accepted one is carried out at once; the NodeRollbacks they created are yielded once
+        every accepted one was; refusals and waits are recorded after that."""
         self.decided = 0
         view = self._cluster.view()
         state = await self._state()
         refused: list[tuple[AlertRecord, Refusal, float]] = []
         held: list[tuple[AlertRecord, Refusal]] = []
+        created: list[NodeRollback] = []
         turn = TimeSlice()
         for alert in await self._journal.alerts_to_decide():
             await turn.pause()  # alerts still held back are judged again without any I/O
@@ -146,9 +150,11 @@ class Intake:
                 assert decision.refusal is not None
                 refused.append((alert, decision.refusal, now))
                 continue
-            created = await self._carry_out(alert, decision, view, state, now)
-            if created is not None:
-                yield created
+            rollback = await self._carry_out(alert, decision, view, state, now)
+            if rollback is not None:
+                created.append(rollback)
+        for rollback in created:
+            yield rollback
         for alert, refusal, now in refused:
             await turn.pause()
             await self._refuse(alert, refusal, now)

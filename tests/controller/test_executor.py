@@ -180,6 +180,25 @@ async def test_a_stronger_alert_escalates_the_nodes_rollback(b: Bench) -> None:
     assert [d.verdict for d in await b.decisions()] == ["plan", "escalate"]
 
 
+async def test_an_escalation_in_the_same_delivery_is_decided_before_the_rollback_is_driven(
+    b: Bench,
+) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    executor = b.executor()
+    await b.deliver(
+        alert("new-1", "cleanup_orphans", fingerprint="c1"), alert("new-1", fingerprint="r1")
+    )
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    assert (rollback.spec.action, rollback.generation) == (Action.ROLLBACK_NODE, 2)
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert step_states(rollback) == ALL_DONE
+    # the node's agent was asked once, by the node rollback, not first by the weaker action
+    assert [request for _, request in b.agent.answered] == [f"{rollback.uid}-2"]
+    assert [d.verdict for d in await b.decisions()] == ["plan", "escalate"]
+
+
 async def _step_is(b: Bench, kind: str, state: StepState, executor: Executor) -> bool:
     await executor.run_once()
     return any(
