@@ -21,6 +21,11 @@ Each stage reached is observed once, in its wave's histogram of durations from t
 creation, when the controller sees it reached, if it was reached after the tracker started
 (``since``): a controller that starts again does not observe again what the one before it did.
 
+A node held back by a readiness taint is *starting*, not failed, for ``--join.readiness-hold-limit``
+after its creation (:func:`readiness_hold`): the controller exports it as held, and the rules
+that act on a NotReady new node leave it alone meanwhile; past the limit it is a failed join like
+any other, and a readiness taint still on a node that is Ready by then is reported as left.
+
 The join SLO: a new node is judged once, *ready* (Ready within ``--join.ready-objective`` of
 its creation) or *not_ready* (not Ready when the objective ran out, or deleted before it was
 Ready). The judgement falls at the Ready time or at the objective's end, whichever comes first,
@@ -75,6 +80,11 @@ READINESS_PREFIX: Final = "readiness.k8s.io/"
 
 NETWORK_UNAVAILABLE: Final = "NetworkUnavailable"
 
+#: A node's readiness hold (:func:`readiness_hold`): within the hold limit, starting; past it and
+#: Ready, its readiness taints were left behind.
+HELD: Final = "held"
+LEFT: Final = "left"
+
 
 @dataclass(frozen=True, slots=True)
 class JoinPolicy:
@@ -85,11 +95,17 @@ class JoinPolicy:
     readiness_taints: tuple[str, ...] = (
         "node.cilium.io/agent-not-ready",
     )  # and readiness.k8s.io/*
+    readiness_hold_limit: float = 1200.0  # a readiness taint holds a new node this long at most
 
     def __post_init__(self) -> None:
         if self.ready_objective > self.join_window:
             raise ValueError(
                 f"--join.ready-objective ({self.ready_objective:g} s) must not exceed "
+                f"--join.window ({self.join_window:g} s)"
+            )
+        if self.readiness_hold_limit > self.join_window:
+            raise ValueError(
+                f"--join.readiness-hold-limit ({self.readiness_hold_limit:g} s) must not exceed "
                 f"--join.window ({self.join_window:g} s)"
             )
 
@@ -104,6 +120,34 @@ def readiness_gates(taints: Iterable[Taint], keys: Iterable[str]) -> tuple[str, 
     """The keys of the node's readiness taints, sorted, each once."""
     configured = frozenset(keys)
     return tuple(sorted({t.key for t in taints if is_readiness_taint(t.key, configured)}))
+
+
+def readiness_hold(
+    gates: tuple[str, ...], *, ready: bool, created_at: float, now: float, hold_limit: float
+) -> str | None:
+    """:data:`HELD` while the node carries readiness taints (``gates``) within ``hold_limit`` of
+    its creation, Ready or not: it is starting. Past the limit, :data:`LEFT` if it is Ready with
+    them (a gate nobody removed), else None: a node still NotReady behind its gates is a failed
+    join like any other, and a node without gates holds nothing."""
+    if not gates:
+        return None
+    if now < created_at + hold_limit:
+        return HELD
+    return LEFT if ready else None
+
+
+def node_hold(node: NodeInfo, policy: JoinPolicy, now: float) -> tuple[str | None, tuple[str, ...]]:
+    """The node's :func:`readiness_hold` at ``now``, and its readiness taints' keys."""
+    gates = readiness_gates(node.taints, policy.readiness_taints)
+    ready = node.condition("Ready")
+    hold = readiness_hold(
+        gates,
+        ready=ready is not None and ready.status == "True",
+        created_at=node.created_at,
+        now=now,
+        hold_limit=policy.readiness_hold_limit,
+    )
+    return hold, gates
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +251,7 @@ class _Join:
     wave: str
     stages: JoinStages
     judged: bool = False
+    hold_due: bool = False  # its hold limit's end is in the queue
 
 
 class JoinTracker:
@@ -221,6 +266,7 @@ class JoinTracker:
         self.since = since
         self._joins: dict[str, _Join] = {}
         self._due: list[tuple[float, str, str]] = []  # (deadline, node, uid)
+        self._hold_ends: list[tuple[float, str, str]] = []  # (hold limit's end, node, uid)
         self._histograms: dict[tuple[str, str], Histogram] = {}
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
 
@@ -261,6 +307,10 @@ class JoinTracker:
         self._observe(join, before)
         if not join.judged and join.stages.ready is not None:
             self._judge(join, now)
+        hold_end = join.stages.created_at + self.policy.readiness_hold_limit
+        if join.stages.gates and not join.hold_due and now < hold_end:
+            join.hold_due = True
+            heapq.heappush(self._hold_ends, (hold_end, node.name, node.uid))
         return join.stages
 
     def pod_running(self, name: str, at: float) -> JoinStages | None:
@@ -282,8 +332,14 @@ class JoinTracker:
 
     def advance(self, now: float) -> list[str]:
         """Judge the nodes whose objective ran out, end the joins whose window ended: the
-        names of those ended (their series go)."""
+        names of those ended (their series go), and of the nodes held by readiness taints
+        whose hold limit ran out (their hold changes: :func:`readiness_hold`)."""
         ended: list[str] = []
+        while self._hold_ends and self._hold_ends[0][0] <= now:
+            _, name, uid = heapq.heappop(self._hold_ends)
+            join = self._joins.get(name)
+            if join is not None and join.uid == uid:
+                ended.append(name)
         while self._due and self._due[0][0] <= now:
             _, name, uid = heapq.heappop(self._due)
             join = self._joins.get(name)
@@ -294,7 +350,7 @@ class JoinTracker:
             if join.stages.created_at + self.policy.join_window <= now:
                 del self._joins[name]
                 ended.append(name)
-        return ended
+        return list(dict.fromkeys(ended))
 
     def keep_waves(self, waves: Iterable[str]) -> None:
         """Forget the histograms of the waves not named (the wave tracker forgot them)."""

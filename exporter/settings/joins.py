@@ -39,3 +39,11 @@ class JoinSettings:
         "`readiness.k8s.io/` (node-readiness-controller's), which always count; "
         "comma-separated, empty for none",
     )
+    readiness_hold_limit: float = setting(
+        "--join.readiness-hold-limit",
+        "20m",
+        "a new node held back by a readiness taint counts as starting, not failed, for this "
+        "long after its creation; past it, a failed join if it is not Ready, and its readiness "
+        "taints reported as left if it is; at most --join.window",
+        POSITIVE_DURATION,
+    )

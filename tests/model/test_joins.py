@@ -8,6 +8,8 @@ from dataclasses import replace
 import pytest
 
 from exporter.model.joins import (
+    HELD,
+    LEFT,
     OUTCOME_NOT_READY,
     OUTCOME_READY,
     STAGE_BUCKETS,
@@ -17,6 +19,7 @@ from exporter.model.joins import (
     JoinTracker,
     next_stages,
     readiness_gates,
+    readiness_hold,
 )
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeCondition, Taint
 from exporter.settings.declare import model_of
@@ -299,3 +302,51 @@ def test_the_models_defaults_are_the_flags_defaults() -> None:
 def test_the_objective_must_fit_in_the_window() -> None:
     with pytest.raises(ValueError, match=r"--join\.ready-objective"):
         JoinPolicy(join_window=60.0, ready_objective=120.0)
+
+
+def test_the_hold_limit_must_fit_in_the_window() -> None:
+    with pytest.raises(ValueError, match=r"--join\.readiness-hold-limit"):
+        JoinPolicy(join_window=600.0, ready_objective=300.0, readiness_hold_limit=900.0)
+
+
+LIMIT = POLICY.readiness_hold_limit  # 20 minutes
+
+
+# (gates, Ready, seconds since the creation) -> the hold
+@pytest.mark.parametrize(
+    ("gates", "is_ready", "age", "expected"),
+    [
+        pytest.param((), False, 60, None, id="no-gate-not-ready-is-no-hold"),
+        pytest.param((), True, LIMIT + 60, None, id="no-gate-ready-late-is-nothing"),
+        pytest.param((CILIUM,), False, 0, HELD, id="at-creation-held"),
+        pytest.param((CILIUM,), False, 90, HELD, id="not-ready-behind-its-gate-starting"),
+        pytest.param((GATE,), True, 90, HELD, id="ready-with-a-gate-still-starting"),
+        pytest.param((CILIUM,), False, LIMIT - 0.001, HELD, id="just-within-the-limit"),
+        pytest.param((CILIUM,), False, LIMIT, None, id="at-the-limit-a-failed-join"),
+        pytest.param((CILIUM, GATE), False, LIMIT + 600, None, id="never-cleared-failed"),
+        pytest.param((GATE,), True, LIMIT, LEFT, id="ready-at-the-limit-left"),
+        pytest.param((CILIUM, GATE), True, 86400, LEFT, id="left-on-an-old-node"),
+    ],
+)
+def test_a_readiness_hold(
+    gates: tuple[str, ...], is_ready: bool, age: float, expected: str | None
+) -> None:
+    got = readiness_hold(gates, ready=is_ready, created_at=T0, now=T0 + age, hold_limit=LIMIT)
+    assert got == expected
+
+
+def test_the_tracker_names_a_held_node_when_its_hold_limit_ends() -> None:
+    tracker = JoinTracker(POLICY, since=T0 - 1)
+    held = node("held", T0, taints=(Taint(CILIUM, "NoSchedule"),))
+    tracker.update(held, None, "w", T0 + 1)
+    tracker.update(node("free", T0), None, "w", T0 + 1)
+    tracker.update(held, None, "w", T0 + 2)  # seen again: its hold's end is queued once
+    assert tracker.advance(T0 + LIMIT - 1) == []
+    assert tracker.advance(T0 + LIMIT) == ["held"]
+    assert tracker.advance(T0 + LIMIT + 1) == []
+
+
+def test_a_gate_first_seen_past_the_limit_queues_nothing() -> None:
+    tracker = JoinTracker(POLICY, since=T0 - 1)
+    tracker.update(node("late", T0, taints=(Taint(GATE, "NoSchedule"),)), None, "w", T0 + LIMIT)
+    assert tracker.advance(T0 + LIMIT + 1) == []
