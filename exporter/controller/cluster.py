@@ -31,7 +31,7 @@ from exporter.model.clusterview import (
     view_labels,
 )
 from exporter.model.health import HealthIndex
-from exporter.model.joins import JoinPolicy, JoinTracker
+from exporter.model.joins import JoinPolicy, JoinTracker, node_hold
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo
 from exporter.model.waves import WaveTracker, node_key
 from exporter.tasks import cancel_and_wait
@@ -91,6 +91,7 @@ class ClusterWatch:
         self._wave_gap = wave_gap
         self._clock = clock
         self._collectors = collectors
+        self._join_policy = join
         self._joins: JoinTracker | None = (
             JoinTracker(join, since=clock()) if collectors.joins else None
         )
@@ -145,7 +146,7 @@ class ClusterWatch:
 
     def _advance(self) -> None:
         """Judge the joins whose objective ran out; a node whose join window ended loses its
-        join series."""
+        join series, one whose readiness hold limit ran out its hold."""
         if self._joins is None:
             return
         for name in self._joins.advance(self._clock()):
@@ -181,12 +182,12 @@ class ClusterWatch:
         if node is None or wave_id is None:
             return
         lease = self.leases.store.get(f"{LEASE_NAMESPACE}/{name}")
-        join = (
-            self._joins.update(node, lease, wave_id, self._clock())
-            if self._joins is not None
-            else None
-        )
-        view = node_view(node, lease, wave_id, join)
+        now = self._clock()
+        join, hold, gates = None, None, tuple[str, ...]()
+        if self._joins is not None:
+            join = self._joins.update(node, lease, wave_id, now)
+            hold, gates = node_hold(node, self._join_policy, now)
+        view = node_view(node, lease, wave_id, join, readiness_hold=hold, readiness_gates=gates)
         if self._views.get(name) == view:
             return
         self._writable()[name] = view

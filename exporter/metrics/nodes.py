@@ -17,7 +17,7 @@ Which series exist is the collector switches' choice (:class:`NodeCollectors`):
 - ``spec`` (off): the cordon and the watched taints: kube-state-metrics' kube_node_spec_*,
   read by no rule;
 - ``joins`` (on): each joining node's join stages, each wave's histograms of the stages'
-  durations, and the join SLO's judgements (exporter.model.joins).
+  durations, the join SLO's judgements, and the readiness holds (exporter.model.joins).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from prometheus_client.core import (
 from exporter.metrics.store import Family
 from exporter.metrics.switches import FamilyGroup, is_on
 from exporter.model.clusterview import ClusterView, NodeView
-from exporter.model.joins import OUTCOMES, STAGE_BUCKETS, Histogram
+from exporter.model.joins import HELD, LEFT, OUTCOMES, STAGE_BUCKETS, Histogram
 from exporter.model.waves import Wave
 
 READY = "Ready"
@@ -87,6 +87,15 @@ JOIN_STAGE = Family(
     "Unix time the joining node reached the join stage (lease, ready, network_ready, "
     "gates_cleared, pod_running).",
 )
+READINESS_HELD = Family(
+    "nodesync_node_readiness_held",
+    "1 while a readiness taint holds the new node back within --join.readiness-hold-limit of "
+    "its creation: starting, not failed (absent otherwise).",
+)
+READINESS_LEFT = Family(
+    "nodesync_node_readiness_taints_left",
+    "Readiness taints left on the node, Ready and past --join.readiness-hold-limit (absent else).",
+)
 #: Per-node families, in the order a scrape writes them.
 NODE_FAMILIES = (
     CONDITION,
@@ -98,6 +107,8 @@ NODE_FAMILIES = (
     WAVE,
     EXEMPT,
     JOIN_STAGE,
+    READINESS_HELD,
+    READINESS_LEFT,
 )
 
 WAVE_NODES = "nodesync_wave_nodes"
@@ -143,8 +154,9 @@ JOIN = FamilyGroup(
     "joins",
     True,
     "export each joining node's join stages, each wave's histograms of the stages' "
-    "durations, and the join SLO's judgements",
-    (JOIN_STAGE.name, WAVE_JOIN_STAGE, JOINS),
+    "durations, the join SLO's judgements, and the nodes held back by readiness taints or "
+    "left with them",
+    (JOIN_STAGE.name, WAVE_JOIN_STAGE, JOINS, READINESS_HELD.name, READINESS_LEFT.name),
 )
 GROUPS = (NODE, WAVES, OTHER, SPEC, JOIN)
 
@@ -220,6 +232,8 @@ class NodeLines:
             WAVE: is_on(switches, WAVES),
             EXEMPT: node,
             JOIN_STAGE: is_on(switches, JOIN),
+            READINESS_HELD: is_on(switches, JOIN),
+            READINESS_LEFT: is_on(switches, JOIN),
         }
         self.families = tuple(f for f in NODE_FAMILIES if on[f])
 
@@ -233,6 +247,8 @@ class NodeLines:
             WAVE: _wave,
             EXEMPT: _exempt,
             JOIN_STAGE: _join_stages,
+            READINESS_HELD: _readiness_held,
+            READINESS_LEFT: _readiness_left,
         }
         self._renderers = tuple(renderers[f] for f in self.families)
 
@@ -303,6 +319,17 @@ def _join_stages(node: NodeView, label: str) -> str:
         f'nodesync_node_join_stage_timestamp_seconds{{{label},stage="{stage}"}} {go_float(at)}\n'
         for stage, at in node.join.reached()
     )
+
+
+def _readiness_held(node: NodeView, label: str) -> str:
+    held = node.readiness_hold == HELD
+    return f"nodesync_node_readiness_held{{{label}}} 1.0\n" if held else ""
+
+
+def _readiness_left(node: NodeView, label: str) -> str:
+    if node.readiness_hold != LEFT:
+        return ""
+    return f"nodesync_node_readiness_taints_left{{{label}}} {go_float(len(node.readiness_gates))}\n"
 
 
 # ---------------------------------------------------------------- per scrape

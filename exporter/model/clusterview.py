@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from exporter.model.health import NodeHealth, counts, node_health
-from exporter.model.joins import NETWORK_UNAVAILABLE, READINESS_PREFIX, JoinStages
+from exporter.model.joins import (
+    NETWORK_UNAVAILABLE,
+    READINESS_PREFIX,
+    JoinPolicy,
+    JoinStages,
+    node_hold,
+)
 from exporter.model.kube import (
     LEASE_NAMESPACE,
     TAINT_CLUSTER_AUTOSCALER,
@@ -83,6 +89,10 @@ class NodeView:
     cordoned_by_nodesync: bool  # carries nodesync's own taint (nodesync.io/rollback)
     uid: str = ""
     join: JoinStages | None = None  # while the node is joining (exporter.model.joins)
+    # its readiness taints' hold (exporter.model.joins.readiness_hold: held, left, or None)
+    # and those taints' keys
+    readiness_hold: str | None = None
+    readiness_gates: tuple[str, ...] = ()
 
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -190,7 +200,13 @@ def _taints_that_matter(taints: Iterable[Taint]) -> tuple[Taint, ...]:
 
 
 def node_view(
-    node: NodeInfo, lease: LeaseInfo | None, wave_id: str, join: JoinStages | None = None
+    node: NodeInfo,
+    lease: LeaseInfo | None,
+    wave_id: str,
+    join: JoinStages | None = None,
+    *,
+    readiness_hold: str | None = None,
+    readiness_gates: tuple[str, ...] = (),
 ) -> NodeView:
     taint_keys = {t.key for t in node.taints}
     return NodeView(
@@ -207,6 +223,8 @@ def node_view(
         cordoned_by_nodesync=TAINT_NODESYNC in taint_keys,
         uid=node.uid,
         join=join,
+        readiness_hold=readiness_hold,
+        readiness_gates=readiness_gates if readiness_hold is not None else (),
     )
 
 
@@ -219,17 +237,26 @@ def build_view(
     now: float,
     tracker: WaveTracker | None = None,
     joins: Mapping[str, JoinStages] | None = None,
+    join_policy: JoinPolicy | None = None,
 ) -> ClusterView:
     """The view of every node that exists now. Pass the same ``tracker`` to every build so wave
     sizes stay frozen; without one, waves are judged from these nodes alone. ``joins``: the
-    joining nodes' stages, by name (exporter.model.joins)."""
+    joining nodes' stages, by name (exporter.model.joins); ``join_policy``: judge each node's
+    readiness hold by it (none without)."""
     current = list(nodes)
     tracker = tracker if tracker is not None else WaveTracker()
     waves = tracker.snapshot(current, now=now, gap_seconds=gap_seconds, wave_label=wave_label)
     by_lease = node_leases(leases)
     joins = joins or {}
-    views = {
-        n.name: node_view(n, by_lease.get(n.name), waves.node_wave[n.name], joins.get(n.name))
-        for n in current
-    }
+    views = {}
+    for n in current:
+        hold, gates = node_hold(n, join_policy, now) if join_policy is not None else (None, ())
+        views[n.name] = node_view(
+            n,
+            by_lease.get(n.name),
+            waves.node_wave[n.name],
+            joins.get(n.name),
+            readiness_hold=hold,
+            readiness_gates=gates,
+        )
     return ClusterView(now, views, waves.waves)

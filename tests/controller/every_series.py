@@ -49,6 +49,8 @@ def _rich() -> tuple[ClusterView, JoinTracker]:
             T0 - 86_400,
             labels={"node-role.kubernetes.io/control-plane": "", "nodesync.io/protected": "true"},
             conditions=(NodeCondition("Ready", "True", last_transition=T0 - 86_000),),
+            # Ready for a day with a CNI's startup taint nobody removed: left
+            taints=(Taint("node.cilium.io/agent-not-ready", "NoSchedule"),),
         ),
         node(
             "worker-1",
@@ -80,7 +82,7 @@ def _rich() -> tuple[ClusterView, JoinTracker]:
         lease("worker-2", T0 + 58),
     ]
     # The joining nodes' stages, as the controller's tracker follows them: worker-1 is held by
-    # a readiness taint, worker-2 runs its first pod, batch-1 is judged.
+    # a readiness taint (within the hold limit), worker-2 runs its first pod, batch-1 is judged.
     joins = JoinTracker(JoinPolicy(), since=T0 - 1)
     waves = WaveTracker().snapshot(nodes, now=T0 + 60, wave_label=WAVE_LABEL)
     by_name = {lease.name: lease for lease in leases}
@@ -89,7 +91,13 @@ def _rich() -> tuple[ClusterView, JoinTracker]:
     joins.pod_running("worker-2", T0 + 45)
     stages = {n.name: s for n in nodes if (s := joins.stages(n.name)) is not None}
     view = build_view(
-        nodes, leases, wave_label=WAVE_LABEL, gap_seconds=120, now=T0 + 60, joins=stages
+        nodes,
+        leases,
+        wave_label=WAVE_LABEL,
+        gap_seconds=120,
+        now=T0 + 60,
+        joins=stages,
+        join_policy=JoinPolicy(),
     )
     return view, joins
 

@@ -185,3 +185,58 @@ async def test_a_join_followed_stage_by_stage_from_the_api_objects(
             assert stage_lines(cluster) == {}
         finally:
             await cluster.stop()
+
+
+def holds(cluster: ClusterWatch) -> dict[str, tuple[str, float]]:
+    text = b"".join(cluster.exposition()).decode()
+    found: dict[str, tuple[str, float]] = {}
+    for family, state in (
+        ("nodesync_node_readiness_held", "held"),
+        ("nodesync_node_readiness_taints_left", "left"),
+    ):
+        for labels, value in series(text, family).items():
+            found[dict(labels)["node"]] = (state, value)
+    return found
+
+
+async def test_a_readiness_hold_ends_at_its_limit_without_an_event(
+    server: APIServer, clock: SimClock
+) -> None:
+    registry = CollectorRegistry()
+    async with KubeAPI(server.aio_configuration(), observer=KubeRequestMetrics(registry)) as api:
+        cluster = ClusterWatch(
+            api,
+            wave_label=None,
+            wave_gap=120.0,
+            join=JoinPolicy(readiness_hold_limit=600.0),
+            clock=clock,
+        )
+        cluster.start()
+        try:
+            await cluster.wait_synced()
+            # stuck: NotReady behind its gate; left: Ready with its gate; free: no gate
+            server.store.create("nodes", node_object("stuck", ready="False", at=T0, taints=[GATE]))
+            server.store.create("nodes", node_object("left", ready="True", at=T0, taints=[GATE]))
+            server.store.create("nodes", node_object("free", ready="False", at=T0, taints=[]))
+            await until_async(
+                lambda: cluster.node_lines("free") is not None,
+                timeout=15.0,
+                what="the nodes",
+                interval=0.01,
+            )
+            await until_async(
+                lambda: len(holds(cluster)) == 2, timeout=15.0, what="the holds", interval=0.01
+            )
+            assert holds(cluster) == {"stuck": ("held", 1.0), "left": ("held", 1.0)}
+            clock.now = T0 + 599
+            assert holds(cluster) == {"stuck": ("held", 1.0), "left": ("held", 1.0)}
+            # No event of the nodes: the limit alone ends the holds.
+            clock.now = T0 + 600
+            assert holds(cluster) == {"left": ("left", 1.0)}
+            # The gate removed: nothing left to report.
+            set_status(server, "left", ready="True", at=T0, taints=[])
+            await until_async(
+                lambda: holds(cluster) == {}, timeout=15.0, what="the gate removed", interval=0.01
+            )
+        finally:
+            await cluster.stop()

@@ -13,6 +13,8 @@ from exporter.metrics.nodes import (
     JOIN_STAGE,
     LEASE,
     OTHER_CONDITIONS,
+    READINESS_HELD,
+    READINESS_LEFT,
     READY,
     STATUSES,
     TAINT,
@@ -23,6 +25,7 @@ from exporter.metrics.nodes import (
     exempt_reasons,
 )
 from exporter.model.clusterview import ClusterView
+from exporter.model.joins import HELD, LEFT
 from tests.metrics.exposition import render
 
 
@@ -42,6 +45,8 @@ def reference_families(view: ClusterView, switches: NodeCollectors) -> list[Metr
             (WAVE, ["node", "wave"]),
             (EXEMPT, ["node", "reason"]),
             (JOIN_STAGE, ["node", "stage"]),
+            (READINESS_HELD, ["node"]),
+            (READINESS_LEFT, ["node"]),
         )
     }
     for node in view.nodes:
@@ -67,6 +72,10 @@ def reference_families(view: ClusterView, switches: NodeCollectors) -> list[Metr
             made[EXEMPT].add_metric([name, reason], 1.0)
         for stage, at in node.join.reached() if node.join is not None else ():
             made[JOIN_STAGE].add_metric([name, stage], at)
+        if node.readiness_hold == HELD:
+            made[READINESS_HELD].add_metric([name], 1.0)
+        if node.readiness_hold == LEFT:
+            made[READINESS_LEFT].add_metric([name], float(len(node.readiness_gates)))
     on = {
         CONDITION: bool(conditions),
         TRANSITION: bool(conditions),
@@ -77,6 +86,8 @@ def reference_families(view: ClusterView, switches: NodeCollectors) -> list[Metr
         WAVE: switches.waves,
         EXEMPT: switches.node,
         JOIN_STAGE: switches.joins,
+        READINESS_HELD: switches.joins,
+        READINESS_LEFT: switches.joins,
     }
     return [family for f, family in made.items() if on[f]]
 
