@@ -20,8 +20,9 @@ Simplifications (each documented where it lives):
   kubelet, or the test); nothing expires by itself. Unscheduled or finished pods are deleted
   at once.
 - Namespace deletion removes its objects at once (no Terminating phase).
-- PDB status is not maintained; eviction computes the budget from the current pods
-  (see `disruption`). Controller scale is not modelled.
+- PDB status is not maintained but for the disruption an allowed eviction takes; eviction
+  computes the budget from the current pods (see `disruption`). Controller scale is not
+  modelled.
 - NodeRollback is built in, not defined by a CustomResourceDefinition (apiextensions is not
   served); it is handled as apiextensions handles a custom resource with a status subresource,
   but its schema is not checked beyond metadata and `spec`/`status` being objects.

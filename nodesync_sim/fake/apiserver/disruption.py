@@ -16,7 +16,9 @@ number of matching pods. Unhealthy pods follow spec.unhealthyPodEvictionPolicy (
 default, AlwaysAllow). Pods that are Pending, Succeeded, Failed or already being deleted are
 evicted without consulting any PDB. An allowed eviction deletes the pod gracefully (with the
 eviction's deleteOptions) and answers 201 with a Success Status; a blocked one answers 429
-TooManyRequests with details.causes[0].reason "DisruptionBudget".
+TooManyRequests with details.causes[0].reason "DisruptionBudget". An eviction a budget allowed
+writes that budget's status as the real server does: one disruption taken (disruptionsAllowed),
+the pod in disruptedPods; nothing else keeps the status up to date.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.model.rfc3339 import format_time
 from nodesync_sim.fake.apiserver import errors
 from nodesync_sim.fake.apiserver.deletion import DeleteOptions
 from nodesync_sim.fake.apiserver.objects import JSONObject, StoredObject
+from nodesync_sim.fake.apiserver.patch import MERGE_PATCH
 from nodesync_sim.fake.apiserver.resources import PODDISRUPTIONBUDGETS, PODS
 from nodesync_sim.fake.apiserver.selectors import label_selector_from_object
 from nodesync_sim.fake.apiserver.store import Store
@@ -111,12 +115,38 @@ def evict(store: Store, namespace: str, name: str, body: Any, *, dry_run: bool =
         ignore_pdb = phase in ("Pending", "Succeeded", "Failed") or bool(
             pod.metadata.get("deletionTimestamp")
         )
-        if not ignore_pdb:
-            _check_budgets(store, namespace, pod)
+        taken = None if ignore_pdb else _check_budgets(store, namespace, pod)
         store.delete_object(PODS, namespace, name, options, dry_run=dry_run)
+        if taken is not None and not dry_run:
+            _take_disruption(store, namespace, name, *taken)
 
 
-def _check_budgets(store: Store, namespace: str, pod: StoredObject) -> None:
+def _take_disruption(
+    store: Store, namespace: str, pod: str, pdb: StoredObject, budget: Budget
+) -> None:
+    """Write the budget's status as a real server's eviction does after allowing one: the
+    disruption taken, and the pod among disruptedPods until the controller sees it go."""
+    status = pdb.obj.get("status") or {}
+    status = {
+        **status,
+        "observedGeneration": pdb.metadata.get("generation", 1),
+        "disruptionsAllowed": max(0, budget.allowed - 1),
+        "currentHealthy": budget.healthy,
+        "desiredHealthy": budget.desired,
+        "expectedPods": budget.expected,
+        "disruptedPods": {**(status.get("disruptedPods") or {}), pod: format_time(store.clock())},
+    }
+    store.patch_object(
+        PODDISRUPTIONBUDGETS, namespace, pdb.name, MERGE_PATCH, {"status": status},
+        subresource="status",
+    )  # fmt: skip
+
+
+def _check_budgets(
+    store: Store, namespace: str, pod: StoredObject
+) -> tuple[StoredObject, Budget] | None:
+    """The budget that allows evicting ``pod`` (None: no budget applies); raises 429 when the
+    budget does not allow it."""
     pdbs = [
         p
         for p in store.list_objects(PODDISRUPTIONBUDGETS, namespace).items
@@ -125,7 +155,7 @@ def _check_budgets(store: Store, namespace: str, pod: StoredObject) -> None:
         and sel.matches_object(pod.obj)
     ]
     if not pdbs:
-        return
+        return None
     if len(pdbs) > 1:
         raise errors.internal(
             "This pod has more than one PodDisruptionBudget, which the eviction subresource "
@@ -137,9 +167,9 @@ def _check_budgets(store: Store, namespace: str, pod: StoredObject) -> None:
     if not is_healthy(pod.obj):
         policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy", "IfHealthyBudget")
         if policy == "AlwaysAllow" or budget.healthy >= budget.desired:
-            return
+            return None  # an unhealthy pod takes no disruption from the budget
     elif budget.allowed > 0:
-        return
+        return pdbs[0], budget
     raise errors.too_many_requests(
         "Cannot evict pod as it would violate the pod's disruption budget.",
         None,

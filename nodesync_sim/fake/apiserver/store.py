@@ -69,6 +69,7 @@ class Store:
             history_limit=history_limit, history_seconds=history_seconds, monotonic=monotonic
         )
         self._registry = Registry(self._history, clock)
+        self.clock = clock
         self.lock = self._history.lock
         self.history_limit = history_limit
         for ns in namespaces:
