@@ -183,13 +183,15 @@ def follow_rollback(
     node: str,
     timeout: float,
     on_first_step: Callable[[], None] = lambda: None,
+    action: str | None = None,
 ) -> tuple[dict[str, Any], float, float]:
-    """Waits for the one NodeRollback about ``node`` to end; returns it, when its first step
-    was seen acting (``on_first_step`` is called right then) and when it was seen ended."""
+    """Waits for the one NodeRollback about ``node`` (of ``action``, if given) to end; returns
+    it, when its first step was seen acting (``on_first_step`` is called right then) and when
+    it was seen ended."""
     seen: dict[str, float] = {}
 
     def ended() -> dict[str, Any] | None:
-        found = rollbacks_of(api, node)
+        found = [r for r in rollbacks_of(api, node) if action in (None, r["spec"]["action"])]
         if not found:
             return None
         assert len(found) == 1, [(r["spec"], r.get("status")) for r in found]

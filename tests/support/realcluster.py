@@ -69,6 +69,7 @@ RULES = RuleOverrides(
         "lease_stale_threshold_seconds": 30,  # above the grace period
         "pod_pending_threshold_seconds": 20,
         "cri_down_threshold_seconds": 5,
+        "drift_threshold_seconds": 10,
     },
     for_all=3.0,
     keep_firing_for_all=10.0,
