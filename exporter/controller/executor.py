@@ -57,6 +57,7 @@ from exporter.model.clusterview import ClusterView
 from exporter.model.guards import budget, correlated_failure
 from exporter.model.rollback import QUEUED, Action, NodeRollback, Phase
 from exporter.model.rollback_state import fencing_next
+from exporter.model.step_deadlines import StepTimeouts, earliest_deadlines
 from exporter.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,7 @@ class Executor:
         self._cluster = cluster
         self._settings = settings
         self._policy = settings.policy
+        self._timeouts = StepTimeouts(settings.eviction_timeout, settings.cleanup_timeout)
         self.metrics = metrics
         self.schedule = schedule
         self.lead = lead
@@ -195,6 +197,9 @@ class Executor:
             budget_absolute=absolute,
             budget_wave_fraction=wave,
             api_write_tokens=self._limiter.tokens() if self._limiter is not None else None,
+            step_deadlines=earliest_deadlines(self.rollbacks.all(), self._timeouts)
+            if synced
+            else {},
         )
 
     # ------------------------------------------------------------------ the loop

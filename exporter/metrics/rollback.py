@@ -9,7 +9,7 @@ Every label takes values from a fixed set, and every combination exists from the
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -47,6 +47,9 @@ class ExecutorStatus:
     budget_absolute: int | None
     budget_wave_fraction: int | None  # the smallest budget left among the waves at risk
     api_write_tokens: float | None
+    #: Per step kind, the earliest Unix time an active rollback's current step must have ended
+    #: by (exporter.model.step_deadlines); only the step kinds some rollback is at.
+    step_deadlines: Mapping[str, float] = field(default_factory=dict)
 
 
 class RollbackMetrics:
@@ -110,7 +113,15 @@ class RollbackMetrics:
             )
             for (phase, reason), n in sorted(status.reasons.items()):
                 reasons.add_metric([phase, reason], n)
-            families += [phases, reasons]
+            deadlines = GaugeMetricFamily(
+                "nodesync_rollback_step_deadline_timestamp_seconds",
+                "Earliest Unix time an active rollback's current step must have ended by its "
+                "timeouts, per step (only steps some rollback is at).",
+                labels=["step"],
+            )
+            for step, deadline in sorted(status.step_deadlines.items()):
+                deadlines.add_metric([step], deadline)
+            families += [phases, reasons, deadlines]
         if status.paused is not None:
             families.append(
                 GaugeMetricFamily(

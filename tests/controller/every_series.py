@@ -140,6 +140,7 @@ def rich_rollback(registry: CollectorRegistry) -> None:
         budget_absolute=7,
         budget_wave_fraction=1,
         api_write_tokens=4.5,
+        step_deadlines={"drain": 1_700_001_800.0, "cleanup_runtime": 1_700_000_300.0},
     )
     registry.register(SnapshotCollector(lambda: metrics.families(status)))
 

@@ -31,6 +31,7 @@ FULL = ExecutorStatus(
     budget_absolute=7,
     budget_wave_fraction=1,
     api_write_tokens=4.5,
+    step_deadlines={"drain": 1_700_001_800.0, "cleanup_runtime": 1_700_000_300.0},
 )
 
 
@@ -70,6 +71,10 @@ def test_counts_and_gauges() -> None:
         labels(kind="wave_fraction"): 1,
     }
     assert series(text, "nodesync_api_write_tokens") == {labels(): 4.5}
+    assert series(text, "nodesync_rollback_step_deadline_timestamp_seconds") == {
+        labels(step="drain"): 1_700_001_800.0,
+        labels(step="cleanup_runtime"): 1_700_000_300.0,
+    }
 
 
 def test_unknown_state_leaves_series_out() -> None:
@@ -89,6 +94,7 @@ def test_unknown_state_leaves_series_out() -> None:
         "nodesync_rollbacks",
         "nodesync_rollbacks_paused",
         "nodesync_rollback_budget_remaining",
+        "nodesync_rollback_step_deadline_timestamp_seconds",
         "nodesync_api_write_tokens",
     ):
         assert series(text, name) == {}

@@ -59,10 +59,18 @@ async def test_the_cleanup_timeout_counts_from_the_first_attempt_across_a_restar
         async def cleanup_running() -> bool:
             return cleanup_started() is not None
 
-        async with running(b.executor(policy)):
+        executor = b.executor(policy)
+        async with running(executor):
             await until_async(cleanup_running, timeout=15.0, what="the cleanup step to be running")
-        first_start = cleanup_started()
-        assert first_start is not None
+            first_start = cleanup_started()
+            assert first_start is not None
+
+            async def deadline_seen() -> bool:
+                return bool(executor.status().step_deadlines)
+
+            await until_async(deadline_seen, timeout=15.0, what="the step's deadline exported")
+            # The deadline the metrics carry: the first attempt and the timeout.
+            assert executor.status().step_deadlines == {"cleanup_runtime": first_start + TIMEOUT}
 
         async def timed_out() -> bool:
             return time.time() > first_start + TIMEOUT
