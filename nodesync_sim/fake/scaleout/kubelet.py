@@ -21,7 +21,9 @@
 The scheduler's and the workload controllers' share is played here too: DaemonSet pods are
 bound to the node when it registers, ReplicaSet pods once it first reports Ready.
 
-Faults (docs/simulator.md): ``never_ready`` (Ready False, CNI not ready), ``cri_timeouts``
+Faults (docs/simulator.md): ``never_ready`` (Ready False, CNI not ready), ``readiness_taint``
+(the same, the node tainted until the fault ends: then the taint is removed, as a CNI agent
+removes its startup taint, and the node turns Ready), ``cri_timeouts``
 (Ready False, ``ContainerRuntimeUnhealthy``), ``lease_stops`` (the kubelet stops talking to the
 API server: no Lease, no status, no pod updates, no deletion confirmed), ``pods_pending`` (pods
 started during the fault stay Pending, ContainerCreating, without a sandbox), ``crash_loop``
@@ -40,7 +42,8 @@ from typing import Protocol
 from exporter.kube.convert import node_info
 from exporter.kube.errors import KubeError, NotFound
 from exporter.kube.resources import NODES
-from exporter.model.kube import LEASE_NAMESPACE
+from exporter.kube.writer import KubeWriter
+from exporter.model.kube import LEASE_NAMESPACE, Taint
 from nodesync_sim.fake.scaleout import objects, timeline
 from nodesync_sim.fake.scaleout.client import KubeletClient
 from nodesync_sim.fake.scaleout.layout import OWNER_DAEMONSET, NodePlan
@@ -133,6 +136,7 @@ class SimulatedKubelet:
         timeline: Timeline,
         on_fault: FaultHook | None = None,
         sim_runtime: SimRuntime | None = None,
+        taint_writer: KubeWriter | None = None,
     ) -> None:
         self.plan = plan
         self.name = plan.name
@@ -145,6 +149,8 @@ class SimulatedKubelet:
         self._clock = clock
         self._timeline = timeline
         self._on_fault = on_fault
+        self._taint_writer = taint_writer  # writes a readiness taint's changes
+        self._tainted: frozenset[str] = frozenset()  # readiness taints on the Node, as written
         self.node_uid = ""
         self.registered_at: float | None = None
         self.last_renewal: float | None = None
@@ -181,6 +187,8 @@ class SimulatedKubelet:
             return "False", objects.RUNTIME_REASON, objects.RUNTIME_MESSAGE
         if self.plan.active(NEVER_READY, t) is not None:
             return "False", objects.NOT_READY_REASON, objects.CNI_MESSAGE
+        if self.plan.readiness_taints(t) or self._tainted:  # Ready once the taint is removed
+            return "False", objects.NOT_READY_REASON, objects.CNI_MESSAGE
         return "True", objects.READY_REASON, objects.READY_MESSAGE
 
     def _conditions(self, now: float) -> list[objects.Condition]:
@@ -207,9 +215,14 @@ class SimulatedKubelet:
         (``created_ago``) has been up, and Ready, since then."""
         now = self._clock.now()
         self.registered_at = now - created_ago
+        readiness = self.plan.readiness_taints(self._clock.t(now))
+        self._tainted = readiness
         conditions = self._conditions(now)
         body = objects.node_body(
-            self.plan, self._conditions_json(conditions, now, self.registered_at), self._index
+            self.plan,
+            self._conditions_json(conditions, now, self.registered_at),
+            self._index,
+            readiness,
         )
         node = await self._client.register_node(body)
         self.node_uid = node_info(node).uid
@@ -292,6 +305,22 @@ class SimulatedKubelet:
                 last = f"{renewed:.3f}" if renewed is not None else ""
                 self._timeline.record(self.name, timeline.LEASE_STOPPED, last, at=now)
             self._alive = alive
+        await self._write_readiness_taints(t)
+
+    async def _write_readiness_taints(self, t: float) -> None:
+        """The CNI agent's share (or a readiness gate's owner's): a ``readiness_taint`` fault's
+        taint is on the Node while the fault is active, removed when it ends. What is not
+        written yet (an API error) is tried again at the next check."""
+        writer = self._taint_writer
+        wanted = self.plan.readiness_taints(t)
+        if writer is None or self.registered_at is None or self.node_gone:
+            return
+        for key in sorted(wanted - self._tainted):
+            await writer.add_taint(self.name, Taint(key, objects.READINESS_TAINT_EFFECT))
+            self._tainted |= {key}
+        for key in sorted(self._tainted - wanted):
+            await writer.remove_taint(self.name, key)
+            self._tainted -= {key}
 
     async def _landed_renewal(self) -> float | None:
         """The last renewal, once one on its way has landed (waiting RENEWAL_LANDS_SECONDS at

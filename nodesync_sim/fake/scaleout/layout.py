@@ -10,7 +10,8 @@
 - A fault with a ``share`` hits ``round(share * n)`` (at least one) of the group's ``n``
   simulated nodes, drawn with a generator seeded by the scenario's seed, the group and the
   fault's position: the same scenario always faults the same nodes. ``crash_loop`` and
-  ``oom_loop`` hit the node's first ``pods`` app pods.
+  ``oom_loop`` hit the node's first ``pods`` app pods; ``readiness_taint`` puts its ``taint``
+  (Cilium's startup taint unless it names one) on the node while it is active.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from nodesync_sim.fake.scaleout.scenario import (
+    CNI_STARTUP_TAINT,
     CRASH_LOOP,
     OOM_LOOP,
+    READINESS_TAINT,
     FaultSpec,
     MarkSpec,
     Scenario,
@@ -50,12 +53,14 @@ class PodPlan:
 @dataclass(frozen=True, slots=True)
 class Fault:
     """Active from ``start`` until ``end`` (None: for good), in seconds from the scenario's
-    start. ``pods``: the pods a crash or OOM loop hits."""
+    start. ``pods``: the pods a crash or OOM loop hits; ``taint``: the key a readiness taint
+    puts on the node."""
 
     kind: str
     start: float
     end: float | None = None
     pods: tuple[str, ...] = ()
+    taint: str = ""
 
     def active(self, t: float) -> bool:
         return self.start <= t and (self.end is None or t < self.end)
@@ -82,6 +87,10 @@ class NodePlan:
     def active(self, kind: str, t: float) -> Fault | None:
         """The first fault of ``kind`` active at ``t``."""
         return next((f for f in self.faults if f.kind == kind and f.active(t)), None)
+
+    def readiness_taints(self, t: float) -> frozenset[str]:
+        """The keys of the readiness taints its faults put on it at ``t``."""
+        return frozenset(f.taint for f in self.faults if f.kind == READINESS_TAINT and f.active(t))
 
     def loop_fault(self, pod: str, t: float) -> Fault | None:
         """The crash or OOM loop active at ``t`` for ``pod``, if any."""
@@ -127,7 +136,10 @@ def _fault(spec: FaultSpec, app_pods: tuple[PodPlan, ...]) -> Fault:
     pods: tuple[str, ...] = ()
     if spec.kind in (CRASH_LOOP, OOM_LOOP):
         pods = tuple(p.name for p in app_pods[: spec.pods])
-    return Fault(spec.kind, spec.at_seconds, end, pods)
+    taint = ""
+    if spec.kind == READINESS_TAINT:
+        taint = spec.taint if spec.taint is not None else CNI_STARTUP_TAINT
+    return Fault(spec.kind, spec.at_seconds, end, pods, taint)
 
 
 def _pods(

@@ -4,7 +4,7 @@ pod statuses. Pure functions of their inputs; times are Unix seconds."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -92,8 +92,21 @@ def conditions_json(
     return out
 
 
-def node_body(plan: NodePlan, conditions: list[JSONObject], index: int) -> JSONObject:
-    """The Node a kubelet registers (status included: a Node keeps it on create)."""
+#: The effect of the taint a component that is not ready yet holds its node back with (a CNI's
+#: startup taint, a node-readiness-controller gate), as node-readiness-controller's.
+READINESS_TAINT_EFFECT: Final = "NoSchedule"
+
+
+def readiness_taint(key: str) -> Taint:
+    return Taint(key=key, effect=READINESS_TAINT_EFFECT)
+
+
+def node_body(
+    plan: NodePlan, conditions: list[JSONObject], index: int, readiness: Iterable[str] = ()
+) -> JSONObject:
+    """The Node a kubelet registers (status included: a Node keeps it on create), with the
+    plan's taints and a readiness taint for each key of ``readiness``."""
+    taints = [*plan.taints, *(readiness_taint(key) for key in sorted(readiness))]
     address = f"10.{64 + index // 65536 % 64}.{index // 256 % 256}.{index % 256}"
     resources = {"cpu": "4", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
     return {
@@ -104,7 +117,7 @@ def node_body(plan: NodePlan, conditions: list[JSONObject], index: int) -> JSONO
             "labels": dict(plan.labels),
             "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
         },
-        "spec": {"taints": [_taint(t) for t in plan.taints]} if plan.taints else {},
+        "spec": {"taints": [_taint(t) for t in taints]} if taints else {},
         "status": {
             "conditions": conditions,
             "addresses": [

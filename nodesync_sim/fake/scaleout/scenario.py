@@ -30,6 +30,10 @@ OOM_LOOP: Final = "oom_loop"
 CRI_TIMEOUTS: Final = "cri_timeouts"
 AGENT_DOWN: Final = "agent_down"
 MEMORY_PRESSURE: Final = "memory_pressure"
+READINESS_TAINT: Final = "readiness_taint"
+#: The taint a ``readiness_taint`` fault puts on its node unless it names another: Cilium's
+#: startup taint, which its agent removes once the node's network is ready.
+CNI_STARTUP_TAINT: Final = "node.cilium.io/agent-not-ready"
 
 FaultKind = Literal[
     "never_ready",
@@ -40,6 +44,7 @@ FaultKind = Literal[
     "cri_timeouts",
     "agent_down",
     "memory_pressure",
+    "readiness_taint",
 ]
 FAULT_KINDS: Final[tuple[str, ...]] = get_args(FaultKind)
 #: Faults that touch pods or the simulated agent: meaningless on the real node, whose
@@ -84,6 +89,7 @@ class FaultSpec(Section, frozen=True):
     share: Share | None = None
     nodes: tuple[str, ...] = ()
     pods: Annotated[int, msgspec.Meta(ge=1)] = 1  # crash_loop, oom_loop: how many app pods loop
+    taint: LabelKey | None = None  # readiness_taint: its key (None: CNI_STARTUP_TAINT)
 
 
 class Taint(Section, frozen=True):
@@ -125,11 +131,13 @@ class Expectation(Section, frozen=True):
     """The decision a scenario expects, per node: ``rollback`` (its NodeRollback cordons it),
     ``delete`` (rolled back to the delete), ``evict`` (a pod on it evicted alone), ``none``.
     Nodes not named expect ``none``. ``within_seconds``: each expected rollback's first step
-    must come this long after its fault at most (None: not checked). ``pause``: whether
-    rollbacks must be paused at some time (None: not checked)."""
+    must come this long after its fault at most (None: not checked), and
+    ``not_before_seconds`` at least this long (a hold the rollback must wait out; None: not
+    checked). ``pause``: whether rollbacks must be paused at some time (None: not checked)."""
 
     decisions: dict[str, Decision] = msgspec.field(default_factory=dict)
     within_seconds: PositiveSeconds | None = None
+    not_before_seconds: PositiveSeconds | None = None
     run_seconds: PositiveSeconds = 60.0
     pause: bool | None = None
     alerts: tuple[str, ...] = ()  # alerts that must fire at some point of the run

@@ -25,6 +25,7 @@ from nodesync_sim.fake.scaleout.scenario import (
     OOM_LOOP,
     POD_FAULTS,
     PODS_PENDING,
+    READINESS_TAINT,
     AlertmanagerSpec,
     ControllerRestart,
     DNSLabel,
@@ -209,8 +210,14 @@ def _check_group(
             raise _Invalid(f"{where}: {fault.kind} needs pods: set pods_per_node of this group")
         if fault.kind in (CRASH_LOOP, OOM_LOOP) and fault.pods > pods_per_node:
             raise _Invalid(f"{where}.pods: only {pods_per_node} app pods per node in this group")
+        _check_fault_taint(where, fault)
     for index, mark in enumerate(marks):
         _check_targets(f"{at}.marks[{index}]", mark.share, mark.nodes, group)
+
+
+def _check_fault_taint(where: str, fault: FaultSpec) -> None:
+    if fault.taint is not None and fault.kind != READINESS_TAINT:
+        raise _Invalid(f"{where}.taint: only a {READINESS_TAINT} fault puts a taint on its node")
 
 
 def _check_real_node(real: RealNodeSpec, waves: tuple[WaveSpec, ...]) -> None:
@@ -218,6 +225,7 @@ def _check_real_node(real: RealNodeSpec, waves: tuple[WaveSpec, ...]) -> None:
         raise _Invalid(f"$.real_node.wave: no wave named {real.wave!r}")
     for index, fault in enumerate(real.faults):
         where = f"$.real_node.faults[{index}]"
+        _check_fault_taint(where, fault)
         if fault.share is not None or fault.nodes:
             raise _Invalid(f"{where}: the real node's faults apply to it: no 'share' or 'nodes'")
         if fault.kind in POD_FAULTS:
@@ -273,6 +281,13 @@ def _check_expect(expect: Expectation | None, names: list[str]) -> None:
     for node in expect.decisions if expect is not None else ():
         if node not in names:
             raise _Invalid(f"$.expect.decisions.{node}: no node {node!r} in this scenario")
+    if expect is None or expect.within_seconds is None or expect.not_before_seconds is None:
+        return
+    if expect.not_before_seconds > expect.within_seconds:
+        raise _Invalid(
+            f"$.expect.not_before_seconds: {expect.not_before_seconds:g} is after "
+            f"within_seconds ({expect.within_seconds:g}): no first step could be on time"
+        )
 
 
 # ---------------------------------------------------------------- the model's values

@@ -94,6 +94,8 @@ class Simulator:
         self._backdate = backdate
         self._on_fault = on_fault
         self._writer = KubeWriter(api, component="nodesync-agent")
+        # The components that remove a node's readiness taints (a CNI agent): their writes.
+        self._taint_writer = KubeWriter(api, component="sim-readiness")
         self.clock = ScenarioClock(clock)
         self.timeline: Timeline = Timeline(clock)
         self._client = KubeletClient(api)
@@ -133,6 +135,7 @@ class Simulator:
                 timeline=self.timeline,
                 on_fault=self._fault_hook,
                 sim_runtime=sim_runtime,
+                taint_writer=self._taint_writer,
             )
         grace = timing.node_monitor_grace_seconds
         self.lifecycle = (

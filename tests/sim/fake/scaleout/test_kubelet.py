@@ -209,6 +209,59 @@ async def test_never_ready_and_cri_timeouts_keep_ready_false_with_their_reasons(
         assert env.pod("daemon-0-w-000") is not None
 
 
+def _taints(env: Env, name: str) -> list[str]:
+    return [t["key"] for t in env.node(name).get("spec", {}).get("taints") or []]
+
+
+async def test_a_readiness_taint_holds_the_node_not_ready_until_it_is_removed() -> None:
+    wave = _wave(
+        3,
+        faults=[
+            {"kind": "readiness_taint", "nodes": ["w-000"], "for_seconds": 1.5},
+            {"kind": "readiness_taint", "nodes": ["w-001"], "taint": "readiness.k8s.io/Net"},
+            {"kind": "readiness_taint", "nodes": ["w-002"], "at_seconds": 1, "for_seconds": 1},
+        ],
+    )
+    async with simulating(doc(waves=[wave])) as env:
+        await until_async(
+            lambda: env.server.store.try_get("nodes", "w-002"), timeout=10.0, what="registration"
+        )
+        # Registered with the taint, NotReady behind it as a CNI that is not up yet.
+        assert _taints(env, "w-001") == ["readiness.k8s.io/Net"]
+        await until_async(lambda: not _taints(env, "w-000"), timeout=10.0, what="taint removed")
+        await until_async(
+            lambda: env.ready("w-000")["status"] == "True", timeout=10.0, what="Ready after it"
+        )
+        removed = next(
+            e.at
+            for e in env.audit.entries
+            if e.resource == "nodes"
+            and e.name == "w-000"
+            and e.verb == "patch"
+            and e.subresource == ""
+        )
+        ready_at = env.sim.timeline.first("w-000", timeline.READY)
+        assert ready_at is not None
+        assert ready_at.at >= removed  # Ready once the taint is gone
+        # A fault that starts after the registration taints the node then, and clears.
+        await until_async(
+            lambda: _taints(env, "w-002") == ["node.cilium.io/agent-not-ready"],
+            timeout=10.0,
+            what="a later taint",
+        )
+        assert env.ready("w-002")["status"] == "False"
+        await until_async(lambda: not _taints(env, "w-002"), timeout=10.0, what="cleared")
+        await until_async(
+            lambda: env.ready("w-002")["status"] == "True", timeout=10.0, what="Ready again"
+        )
+        # The taint that never clears: the node stays NotReady, its app pods never bound.
+        ready = env.ready("w-001")
+        assert (ready["status"], ready["reason"]) == ("False", "KubeletNotReady")
+        assert "cni plugin not initialized" in ready["message"]
+        assert _taints(env, "w-001") == ["readiness.k8s.io/Net"]
+        assert env.pod("app-w-001-0") is None
+
+
 async def test_a_silent_kubelet_stops_its_lease_and_turns_unknown_then_comes_back() -> None:
     wave = _wave(faults=[{"kind": "lease_stops", "share": 1, "at_seconds": 1, "for_seconds": 3}])
     async with simulating(doc(waves=[wave])) as env:

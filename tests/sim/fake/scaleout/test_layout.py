@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nodesync_sim.fake.scaleout.layout import OWNER_DAEMONSET, OWNER_REPLICASET, layout, share_count
+from nodesync_sim.fake.scaleout.scenario import CNI_STARTUP_TAINT
 from nodesync_sim.fake.scaleout.scenario_file import parse
 
 SCENARIO = {
@@ -89,3 +90,21 @@ def test_share_count_rounds_half_up_and_hits_at_least_one(
     share: float, nodes: int, hit: int
 ) -> None:
     assert share_count(share, nodes) == hit
+
+
+def test_a_readiness_taint_names_its_key_while_it_is_active() -> None:
+    wave = {
+        "name": "w",
+        "count": 2,
+        "faults": [
+            {"kind": "readiness_taint", "nodes": ["w-000"], "for_seconds": 90},
+            {"kind": "readiness_taint", "nodes": ["w-001"], "taint": "readiness.k8s.io/Net"},
+        ],
+    }
+    plan = layout(parse({"name": "t", "waves": [wave]}))
+    cni = plan.node("w-000")
+    assert cni.readiness_taints(0.0) == {CNI_STARTUP_TAINT} == {"node.cilium.io/agent-not-ready"}
+    assert cni.readiness_taints(89.9) == {CNI_STARTUP_TAINT}
+    assert cni.readiness_taints(90.0) == frozenset()  # cleared at the fault's end
+    gate = plan.node("w-001")
+    assert gate.readiness_taints(1e6) == {"readiness.k8s.io/Net"}  # never cleared

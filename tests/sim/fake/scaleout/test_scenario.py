@@ -192,6 +192,21 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "$.alertmanager.replicas: expected `int`, got `str`",
     ),
     (
+        "a taint on a fault that puts none",
+        _with("waves[0].faults[1].taint", "readiness.k8s.io/NetworkReady"),
+        "$.waves[0].faults[1].taint: only a readiness_taint fault puts a taint on its node",
+    ),
+    (
+        "a taint key that is not one",
+        _with("waves[0].faults[1]", {"kind": "readiness_taint", "share": 1, "taint": "a b"}),
+        "$.waves[0].faults[1].taint: expected `str` matching regex",
+    ),
+    (
+        "a first step due before it may come",
+        _with("expect", {"within_seconds": 10, "not_before_seconds": 20}),
+        "$.expect.not_before_seconds: 20 is after within_seconds (10)",
+    ),
+    (
         "a wave name with capitals",
         _with("waves[0].name", "Wave"),
         "$.waves[0].name: expected `str` matching regex",
