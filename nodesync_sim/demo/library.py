@@ -13,7 +13,9 @@ Precision is the share of the decisions taken (every one but ``none``) that the 
 expects; recall the share of the expected decisions that were taken (1.0 when there is nothing
 to take, or nothing taken). The time from fault to first step is, for each expected action
 taken, from the node's first fault starting (the simulator's timeline) to the controller's
-first write about it (a write to the Node, or an eviction of its pod).
+first write about it (a write to the Node, or an eviction of its pod); a scenario may bound it
+from above (``within_seconds``) and from below (``not_before_seconds``: a hold the rollback
+must wait out).
 
 Every scenario also checks the controller's API writes against its token bucket
 (``--apiserver.qps``, ``--apiserver.burst``), as the API server received them: no stretch of
@@ -26,7 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -34,7 +36,7 @@ from typing import TextIO
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION
 from nodesync_sim.demo.chain import CONTROLLER_USER, Chain
 from nodesync_sim.fake.scaleout import timeline
-from nodesync_sim.fake.scaleout.scenario import Scenario, ScenarioError
+from nodesync_sim.fake.scaleout.scenario import Expectation, Scenario, ScenarioError
 from nodesync_sim.fake.scaleout.scenario_file import load
 
 log = logging.getLogger(__name__)
@@ -183,6 +185,24 @@ def staged_problems(chain: Chain) -> list[str]:
     return problems
 
 
+def timing_problems(expect: Expectation, steps: Mapping[str, float]) -> list[str]:
+    """The first steps (node -> seconds after its fault) later than ``within_seconds`` or
+    earlier than ``not_before_seconds``, as problem lines."""
+    problems = []
+    for node, seconds in sorted(steps.items()):
+        if expect.within_seconds is not None and seconds > expect.within_seconds:
+            problems.append(
+                f"{node}: first step {seconds:.1f} s after its fault (at most "
+                f"{expect.within_seconds:g} s expected)"
+            )
+        if expect.not_before_seconds is not None and seconds < expect.not_before_seconds:
+            problems.append(
+                f"{node}: first step {seconds:.1f} s after its fault (not before "
+                f"{expect.not_before_seconds:g} s expected)"
+            )
+    return problems
+
+
 async def run_scenario(scenario: Scenario) -> Outcome:
     """Run one scenario through the local chain for its ``expect.run_seconds``."""
     expect = scenario.expect
@@ -195,14 +215,7 @@ async def run_scenario(scenario: Scenario) -> Outcome:
         expected = frozenset((n, d) for n, d in expect.decisions.items() if d != "none")
         observed = frozenset(taken.items())
         steps = first_steps(chain, [n for n, _ in expected & observed])
-        problems: list[str] = []
-        if expect.within_seconds is not None:
-            problems += [
-                f"{node}: first step {seconds:.1f} s after its fault (at most "
-                f"{expect.within_seconds:g} s expected)"
-                for node, seconds in sorted(steps.items())
-                if seconds > expect.within_seconds
-            ]
+        problems = timing_problems(expect, steps)
         if expect.pause is not None:
             result = await chain.prom.query_async(
                 PAUSED.format(seconds=int(expect.run_seconds + 30))

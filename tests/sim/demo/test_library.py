@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from nodesync_sim.demo.library import Outcome, bucket_excess, library, report, total
-from nodesync_sim.fake.scaleout.scenario import ScenarioError
+from nodesync_sim.demo.library import (
+    Outcome,
+    bucket_excess,
+    library,
+    report,
+    timing_problems,
+    total,
+)
+from nodesync_sim.fake.scaleout.scenario import Expectation, ScenarioError
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
@@ -37,6 +44,17 @@ def test_a_missed_pause_or_deadline_fails_the_scenario() -> None:
     assert outcome.precision == outcome.recall == 1.0
     assert not outcome.passed
     assert "rollbacks were never paused" in report(outcome)
+
+
+def test_a_first_step_too_late_or_before_its_hold_ended_is_a_problem() -> None:
+    steps = {"early": 40.0, "held": 104.0, "late": 130.0}
+    both = Expectation(within_seconds=125, not_before_seconds=100)
+    assert timing_problems(both, steps) == [
+        "early: first step 40.0 s after its fault (not before 100 s expected)",
+        "late: first step 130.0 s after its fault (at most 125 s expected)",
+    ]
+    assert timing_problems(Expectation(), steps) == []  # neither bound: nothing checked
+    assert timing_problems(Expectation(not_before_seconds=100), {"held": 104.0}) == []
 
 
 def test_writes_within_the_token_bucket_have_no_excess() -> None:
@@ -97,6 +115,7 @@ def test_the_library_has_every_kind_and_only_picks_by_name() -> None:
         "wave-200",
         "half-scrapes",
         "join-slo",
+        "readiness-hold",
     } <= names
     for scenario in every:  # time compressed only through the documented overrides
         assert scenario.expect is not None
