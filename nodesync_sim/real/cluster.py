@@ -61,15 +61,21 @@ class RealCluster:
         labels: Mapping[str, str] | None = None,
         *,
         runtime_request_timeout: str = "2m",
+        containerd_bin_dir: str | None = None,
         wait_ready: bool = True,
     ) -> RealNode:
-        """A fresh node joins; waits until its Node is Ready (unless ``wait_ready`` is False)."""
+        """A fresh node joins; waits until its Node is Ready (unless ``wait_ready`` is False).
+        ``containerd_bin_dir``: the node's containerd release (:attr:`NodeSpec.containerd_bin_dir`),
+        the machine's when None."""
         if self._next_address > 254:
             raise RuntimeError("no loopback address left for a node")
         name = f"127.0.0.{self._next_address}"
         self._next_address += 1
         spec = NodeSpec(
-            name=name, labels=dict(labels or {}), runtime_request_timeout=runtime_request_timeout
+            name=name,
+            labels=dict(labels or {}),
+            runtime_request_timeout=runtime_request_timeout,
+            containerd_bin_dir=containerd_bin_dir,
         )
         node = RealNode(
             spec,

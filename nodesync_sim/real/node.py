@@ -69,13 +69,23 @@ class NodeSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     node_status_update_frequency: str = "2s"
     runtime_request_timeout: str = "2m"
+    containerd_bin_dir: str | None = None
+    """Where the node's containerd, its shim and ctr come from (a release unpacked by
+    scripts/setup-containerd); None: the machine's. kubelet 1.20 speaks CRI v1alpha2 only, which
+    containerd 1.6 and 1.7 serve and 2.x no longer does."""
 
 
 class NodeContainerd(LocalContainerd):
     """A :class:`LocalContainerd` inside a node's namespace, at the paths a real node uses."""
 
-    def __init__(self, namespace: MountNamespace, cgroup_root: str, base_dir: Path) -> None:
-        super().__init__(IMAGE_REF, str(base_dir))
+    def __init__(
+        self,
+        namespace: MountNamespace,
+        cgroup_root: str,
+        base_dir: Path,
+        bin_dir: str | None = None,
+    ) -> None:
+        super().__init__(IMAGE_REF, str(base_dir), bin_dir)
         self.namespace = namespace
         self._cgroup_root = cgroup_root
 
@@ -150,7 +160,9 @@ class RealNode:
         self.directory = base_dir / f"node-{spec.name}"
         self.cgroup_root = f"/nodesync-node-{secrets.token_hex(4)}"
         self.namespace = MountNamespace(self.directory / "ns")
-        self.containerd = NodeContainerd(self.namespace, self.cgroup_root, self.directory)
+        self.containerd = NodeContainerd(
+            self.namespace, self.cgroup_root, self.directory, spec.containerd_bin_dir
+        )
         self.kubelet: ChildProcess | None = None
         self.kubelet_port = 0
         self.healthz_port = 0

@@ -19,6 +19,12 @@ Fixture ``realchain`` (session): one :class:`RealChain`, started once and reused
   leaving again (:meth:`RealChain.leave`). A test that does not break a node may leave it for the
   next one (:meth:`RealChain.healthy_node`); a broken node is removed.
 
+Tests marked ``node_containerd_releases`` that take the ``containerd_release`` fixture run once
+per containerd release a node of kubelet 1.20 can use: the machine's (1.6) and 1.7.x unpacked by
+scripts/setup-containerd (:func:`node_releases`; 2.x no longer serves CRI v1alpha2, the only CRI
+version kubelet 1.20 speaks). They pass ``containerd_bin_dir=containerd_release.bin_dir`` to
+:meth:`RealChain.join`.
+
 A missing binary fails the test with one line naming scripts/setup-kube-apiserver (never skips
 it). At the end of the session everything is stopped by PID and removed, and checked to be gone.
 """
@@ -47,6 +53,7 @@ from nodesync_sim.real.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServ
 from nodesync_sim.real.node import CNI_BIN_DIR, RealNode
 from nodesync_sim.real.process import ChildProcess, free_port
 from nodesync_sim.real.prometheus import LocalAlertmanager, LocalPrometheus
+from tests.support.containerd import Release, releases
 from tests.support.kubeapi import SETUP_SCRIPT, find_binaries, install_crd
 from tests.support.realkube import (
     AGENT_RBAC,
@@ -93,6 +100,20 @@ CONTROLLER_ARGS = (
     "--apiserver.burst=100",
     "--log.level=info",
 )
+
+
+def node_releases() -> tuple[Release, ...]:
+    """The containerd releases a real node runs on: every tested one but 2.x, which no longer
+    serves CRI v1alpha2 (kubelet 1.20 speaks nothing else)."""
+    return tuple(r for r in releases() if not r.name.startswith("2."))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "containerd_release" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "node_containerd_releases"
+    ):
+        found = node_releases()
+        metafunc.parametrize("containerd_release", found, ids=[r.id for r in found], indirect=True)
 
 
 def kube_binaries() -> Binaries:
