@@ -1,6 +1,7 @@
 """Every key of the product's aiohttp applications is defined in a keys module: the agent's,
-the controller's, the serving layer's. What an application holds is read in one place, and a
-handler that reaches for something the app holds imports it from there."""
+the controller's, the serving layer's; and the simulator's test API server keeps its own the same
+way. What an application holds is read in one place, and a handler that reaches for something
+the app holds imports it from there."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ROOT / "exporter"
+#: The trees whose aiohttp applications keep their keys in keys modules.
+TREES = (ROOT / "exporter", ROOT / "nodesync_sim")
 KEYS_MODULES = {
     "exporter/agent/keys.py",
     "exporter/controller/keys.py",
     "exporter/serve/keys.py",
+    "nodesync_sim/fake/apiserver/keys.py",
 }
 
 
@@ -31,7 +34,8 @@ def _app_keys(source: str) -> list[int]:
 def test_no_app_key_is_defined_outside_the_keys_modules() -> None:
     outside = {
         f"{path.relative_to(ROOT)}:{line}"
-        for path in PRODUCT.rglob("*.py")
+        for tree in TREES
+        for path in tree.rglob("*.py")
         if str(path.relative_to(ROOT)) not in KEYS_MODULES
         for line in _app_keys(path.read_text())
     }

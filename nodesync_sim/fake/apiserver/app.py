@@ -34,6 +34,15 @@ from nodesync_sim.fake.apiserver.counters import RequestCounters
 from nodesync_sim.fake.apiserver.discovery import VERSION_INFO
 from nodesync_sim.fake.apiserver.faults import Faults
 from nodesync_sim.fake.apiserver.handlers import HandlerContext, handle_api, json_response
+from nodesync_sim.fake.apiserver.keys import (
+    AUDIT,
+    AUTHENTICATOR,
+    COUNTERS,
+    FAULTS,
+    HUB,
+    SETTINGS,
+    STORE,
+)
 from nodesync_sim.fake.apiserver.objects import dumps
 from nodesync_sim.fake.apiserver.requestinfo import RequestInfo, parse
 from nodesync_sim.fake.apiserver.resources import lookup
@@ -54,13 +63,6 @@ class ServerSettings:
     server_address: str = "127.0.0.1:0"  # host:port shown in /api discovery
 
 
-STORE = web.AppKey("store", Store)
-HUB = web.AppKey("hub", WatchHub)
-FAULTS = web.AppKey("faults", Faults)
-COUNTERS = web.AppKey("counters", RequestCounters)
-AUDIT = web.AppKey("audit", AuditLog)
-AUTHENTICATOR = web.AppKey("authenticator", TokenAuthenticator)
-SETTINGS = web.AppKey("settings", ServerSettings)
 _INFO = web.RequestKey("request_info", RequestInfo)
 _USER = web.RequestKey("user", str)
 

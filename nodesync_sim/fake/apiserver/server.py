@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from nodesync_sim.fake.apiserver.app import HUB, ServerSettings, create_app
+from nodesync_sim.fake.apiserver.app import ServerSettings, create_app
 from nodesync_sim.fake.apiserver.audit import AuditLog
 from nodesync_sim.fake.apiserver.auth import Authorizer, allow_all
 from nodesync_sim.fake.apiserver.counters import RequestCounters
 from nodesync_sim.fake.apiserver.faults import Faults
 from nodesync_sim.fake.apiserver.history import DEFAULT_HISTORY_SECONDS
+from nodesync_sim.fake.apiserver.keys import HUB
 from nodesync_sim.fake.apiserver.store import Store
 from nodesync_sim.fake.apiserver.tls import ServingCertificate
 
