@@ -1,4 +1,4 @@
-"""The agent driven by containerd's task events, on each containerd release.
+"""The agent driven by containerd's task events; the event stream itself on each release.
 
 The sync period is a minute here, so that only the events can explain a change that shows in
 /metrics within seconds; the periodic relist never runs during a test.
@@ -23,7 +23,9 @@ from tests.agent.conftest import Scrape
 from tests.metrics.exposition import labels, series
 from tests.support.wait import until_async
 
-pytestmark = [pytest.mark.containerd, pytest.mark.containerd_releases, pytest.mark.timeout(180)]
+#: On the machine's containerd; the tests of each release's event stream run on every release
+#: too. The storm tests the agent's counting, the same whatever the release sends it.
+pytestmark = [pytest.mark.containerd, pytest.mark.timeout(180)]
 
 SYNC_PERIOD = 60.0
 SHOWN_WITHIN = 10.0
@@ -91,6 +93,8 @@ def _all_terminations(text: str) -> float:
     return sum(series(text, "nodesync_container_terminations_total").values())
 
 
+# On every release: the exit and OOM events are the release's own (their topics and fields).
+@pytest.mark.containerd_releases
 async def test_exit_and_oom_show_through_events_long_before_the_relist(
     containerd: LocalContainerd, scrape: Scrape
 ) -> None:
@@ -114,6 +118,8 @@ async def test_exit_and_oom_show_through_events_long_before_the_relist(
     assert _value(text, "nodesync_cri_events_total", topic="start") >= 5  # sandbox + 4
 
 
+# On every release: how a release's event stream ends at a restart and what it holds after.
+@pytest.mark.containerd_releases
 async def test_a_containerd_restart_while_subscribed_loses_nothing(
     containerd: LocalContainerd, scrape: Scrape
 ) -> None:

@@ -95,6 +95,7 @@ def test_fresh_state_and_short_socket_per_instance(containerd: LocalContainerd) 
     assert containerd.pid is not None  # the first instance is untouched
 
 
+# On every release: what a release leaves (its shims, mounts, cgroups) is its own.
 @pytest.mark.containerd
 @pytest.mark.containerd_releases
 async def test_cleanup_removes_pods_processes_mounts_and_cgroups(
@@ -122,6 +123,8 @@ async def test_cleanup_removes_pods_processes_mounts_and_cgroups(
     instance.cleanup()  # idempotent
 
 
+# On every release: the orphaned shims are found by their addresses (2.x writes bootstrap.json,
+# not address).
 @pytest.mark.containerd
 @pytest.mark.containerd_releases
 async def test_cleanup_after_containerd_was_killed_kills_orphaned_shims(
@@ -150,6 +153,7 @@ async def test_cleanup_after_containerd_was_killed_kills_orphaned_shims(
     assert instance.leftovers() == []
 
 
+# On every release: each is the release it was asked for.
 @pytest.mark.containerd
 @pytest.mark.containerd_releases
 def test_runs_the_release_asked_for(
@@ -172,6 +176,7 @@ def test_release_of_reads_debian_and_upstream_version_lines() -> None:
     assert release_of("containerd containerd.io v1.7.24 88bf19b") == "1.7.24"
 
 
+# On every release: a restart reads the release's own config (2.x migrates it at start).
 @pytest.mark.containerd
 @pytest.mark.containerd_releases
 def test_freeze_thaw_and_restart_keep_the_same_process_or_state(
