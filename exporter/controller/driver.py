@@ -39,7 +39,6 @@ from exporter.metrics.rollback import RollbackMetrics
 from exporter.model.alerts import RESOLVED
 from exporter.model.rollback import (
     FENCING_STEPS,
-    FINISHED_STEP_STATES,
     NodeRollback,
     Phase,
     RollbackStatus,
@@ -50,8 +49,8 @@ from exporter.model.rollback_state import (
     StepResult,
     cancel,
     current_step,
-    finish_step,
     initial_status,
+    record_outcome,
     replan,
     set_request,
     start_step,
@@ -252,12 +251,9 @@ class Driver:
                 self.metrics.action("undo", StepState.DONE.value)
         now = self._clock()
 
-        def finished(current: NodeRollback) -> RollbackStatus | None:
-            if current.status.steps[index].state in FINISHED_STEP_STATES:
-                return None
-            return finish_step(current.status, index, result, now, queued=queued)
-
-        written = await self._writes.change_status(rollback, finished)
+        written = await self._writes.change_status(
+            rollback, lambda r: record_outcome(r, index, result, now, queued=queued)
+        )
         self.metrics.action(kind.value, result.state.value)
         log_level = logging.WARNING if result.state is StepState.FAILED else logging.INFO
         log.log(

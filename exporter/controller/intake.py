@@ -7,6 +7,9 @@ the decision carried out:
 - join: the alert is added to the triggers of the node's active rollback;
 - escalate: the node's active rollback takes the stronger action (its spec changes; the
   executor replans it at its next step) and the alert joins it;
+- a join or an escalation of a rollback that ended meanwhile (the watch had not shown it yet;
+  the write, made at the resourceVersion read, finds it out) is not made: a rollback that
+  ended takes no more alerts, and the alert is judged again, as a new rollback;
 - refused: recorded in the journal with a Warning Event on the node;
 - waits: reported once (metric, Event) and decided again at the next pass.
 
@@ -139,7 +142,16 @@ class Intake:
         for alert in await self._journal.alerts_to_decide():
             await turn.pause()  # alerts still held back are judged again without any I/O
             now = self._clock()
-            decision = decide(alert.alert, view, state, self._policy, now)
+            while True:
+                decision = decide(alert.alert, view, state, self._policy, now)
+                if decision.verdict in (WAITS, REFUSED):
+                    break
+                taken, rollback = await self._carry_out(alert, decision, view, state, now)
+                if taken:
+                    break
+                # The rollback it would join or escalate had ended (the watch had not shown
+                # it yet): it takes no more alerts, so the alert is judged again without it.
+                state.ended(decision.rollback)
             if decision.verdict == WAITS:
                 assert decision.refusal is not None
                 held.append((alert, decision.refusal))
@@ -150,7 +162,6 @@ class Intake:
                 assert decision.refusal is not None
                 refused.append((alert, decision.refusal, now))
                 continue
-            rollback = await self._carry_out(alert, decision, view, state, now)
             if rollback is not None:
                 created.append(rollback)
         for rollback in created:
@@ -168,8 +179,10 @@ class Intake:
         view: ClusterView,
         state: GuardState,
         now: float,
-    ) -> NodeRollback | None:
-        """An accepted decision: its effect, then its record; the NodeRollback it created."""
+    ) -> tuple[bool, NodeRollback | None]:
+        """An accepted decision: its effect, then its record. Whether it was carried out (a
+        join or an escalation is not when its rollback had ended), and the NodeRollback it
+        created."""
         plan = decision.plan
         assert plan is not None
         rollback = new_rollback(plan, view, state, self._policy, now, decided_by=self._identity)
@@ -179,12 +192,12 @@ class Intake:
             await self._dry_run(alert, decision, rollback, now)
         elif decision.verdict == PLAN:
             created = await self._create(alert, rollback)
-        else:
-            await self._join(decision.verdict, name, plan)
+        elif not await self._join(decision.verdict, name, plan):
+            return False, None
         if decision.verdict in (PLAN, ESCALATE):
             state.accept(name, plan, now)
         await self._save(alert, decision.verdict, "", "", name, plan.action.value, now, plan.wave)
-        return created
+        return True, created
 
     async def _create(self, alert: AlertRecord, rollback: NodeRollback) -> NodeRollback | None:
         try:
@@ -205,25 +218,38 @@ class Intake:
         await self._audit.decided(created, alert.labels.get("alertname", ""))
         return created
 
-    async def _join(self, verdict: str, name: str, plan: Plan) -> None:
+    async def _join(self, verdict: str, name: str, plan: Plan) -> bool:
         """Add the plan's alert to the triggers of rollback ``name``; an escalation first makes
-        that rollback the plan's action."""
+        that rollback the plan's action. False when the rollback had ended or is gone (as the
+        server has it, whatever the watch showed): a rollback that ended takes no more alerts.
+        Each write is made from the object as read, at its resourceVersion, so a rollback that
+        ends meanwhile makes it read again and find that out."""
+        trigger = Trigger(plan.alertname, plan.alert_fingerprint, plan.alert_starts_at)
         if verdict == ESCALATE:
 
-            def stronger(current: NodeRollback) -> RollbackSpec:
+            def stronger(current: NodeRollback) -> RollbackSpec | None:
+                if not current.active:
+                    return None
                 return dataclasses.replace(
                     current.spec, action=plan.action, delete_node=self._policy.delete_nodes
                 )
 
-            await self._writes.change_spec(name, stronger)
+            escalated = await self._writes.change_spec(name, stronger)
+            if escalated is None or escalated.spec.action is not plan.action:
+                log.info("the rollback an alert would escalate ended", extra={"rollback": name})
+                return False
             log.info("escalated a rollback", extra={"rollback": name, "to": plan.action.value})
-        trigger = Trigger(plan.alertname, plan.alert_fingerprint, plan.alert_starts_at)
 
-        def joined(current: NodeRollback) -> RollbackStatus:
+        def joined(current: NodeRollback) -> RollbackStatus | None:
+            if verdict != ESCALATE and not current.active:
+                return None  # ended: the alert is judged again (the escalated one is taken)
             return add_trigger(current.status, trigger)
 
-        if await self._writes.change_status(name, joined) is None:
-            log.info("the rollback an alert would join is gone", extra={"rollback": name})
+        written = await self._writes.change_status(name, joined)
+        if written is None or add_trigger(written.status, trigger) != written.status:
+            log.info("the rollback an alert would join ended", extra={"rollback": name})
+            return False
+        return True
 
     async def _dry_run(
         self, alert: AlertRecord, decision: Decision, rollback: NodeRollback, now: float

@@ -23,6 +23,7 @@ from exporter.model.rollback import (
     FENCING_STEPS,
     FINISHED_STEP_STATES,
     QUEUED,
+    NodeRollback,
     Phase,
     PodTarget,
     RollbackSpec,
@@ -178,6 +179,22 @@ def finish_step(
     return dataclasses.replace(status, phase=Phase.RUNNING, reason="", message="")
 
 
+def record_outcome(
+    rollback: NodeRollback, index: int, result: StepResult, now: float, *, queued: bool = False
+) -> RollbackStatus | None:
+    """The status with step ``index`` ended as ``result`` says (:func:`finish_step`); None when
+    it ended already (another writer recorded it). A rollback escalated since its steps were
+    planned (its spec's generation is newer than the plan's) is replanned with the outcome, for
+    the stronger action: it never ends on the weaker plan's last step, so an escalation that
+    lands while that step runs is carried out, not only recorded."""
+    if rollback.status.steps[index].state in FINISHED_STEP_STATES:
+        return None
+    status = finish_step(rollback.status, index, result, now, queued=queued)
+    if rollback.generation > rollback.status.observed_generation:
+        return replan(status, rollback.spec, rollback.generation)
+    return status
+
+
 def _end(
     status: RollbackStatus,
     phase: Phase,
@@ -243,7 +260,8 @@ def add_trigger(status: RollbackStatus, trigger: Trigger) -> RollbackStatus:
 def replan(status: RollbackStatus, spec: RollbackSpec, generation: int) -> RollbackStatus:
     """The spec changed (a stronger alert escalated the rollback): the steps of the new action,
     keeping what the steps that remain have done. The cleanup and its verification run again
-    after the new steps (a drain comes before them), with a new request."""
+    after the new steps (a drain comes before them), with a new request. The rollback runs
+    again: an end the weaker plan reached meanwhile (:func:`record_outcome`) is not kept."""
     kinds = rollback_steps(spec.action, delete_node=spec.delete_node)
     before = {s.kind: s for s in status.steps}
     redo = {StepKind.CLEANUP_RUNTIME, StepKind.VERIFY}
@@ -253,7 +271,14 @@ def replan(status: RollbackStatus, spec: RollbackSpec, generation: int) -> Rollb
         for k in kinds
     )  # fmt: skip
     return dataclasses.replace(
-        status, steps=steps, observed_generation=generation, phase=Phase.RUNNING
+        status,
+        steps=steps,
+        observed_generation=generation,
+        phase=Phase.RUNNING,
+        reason="",
+        message="",
+        finished_at=None,
+        action_required="",
     )
 
 

@@ -299,12 +299,13 @@ class Bench:
         limiter: AsyncRateLimiter | None = None,
         api: KubeAPI | None = None,
         writer: KubeWriter | None = None,
+        writes: RollbackWrites | None = None,
     ) -> Executor:
         writer = writer or KubeWriter(api or self.api, limiter=limiter, dry_run=settings.dry_run)
         return build_executor(
             self.journal,
             writer,
-            RollbackWrites(api or self.api, limiter=limiter),
+            writes or RollbackWrites(api or self.api, limiter=limiter),
             self.watch,
             self.cluster,
             settings,

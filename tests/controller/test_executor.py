@@ -22,6 +22,7 @@ from exporter.controller.executor import Executor
 from exporter.kube.noderollbacks import RollbackWrites
 from exporter.kube.writer import KubeWriter
 from exporter.model.alerts import Alert
+from exporter.model.guards import GuardState
 from exporter.model.kube import Taint
 from exporter.model.rollback import (
     CLEANUP_REQUEST_ANNOTATION,
@@ -29,6 +30,7 @@ from exporter.model.rollback import (
     Action,
     NodeRollback,
     Phase,
+    RollbackStatus,
     StepKind,
     StepState,
 )
@@ -151,11 +153,9 @@ async def test_alerts_about_one_node_feed_one_rollback(b: Bench) -> None:
     assert b.server.counters.count("create", "pods/eviction") == 1
 
 
-async def test_a_stronger_alert_escalates_the_nodes_rollback(b: Bench) -> None:
-    b.add_node("new-1")
-    await b.wait_cluster(1)
+async def _cleanup_waiting_for_its_agent(b: Bench, executor: Executor) -> NodeRollback:
+    """A cleanup of new-1's orphans, its cleanup step running, the agent not answering yet."""
     b.agent.hold = True
-    executor = b.executor()
     await b.deliver(alert("new-1", "cleanup_orphans", fingerprint="c1"))
     await until_async(
         lambda: _step_is(b, "cleanup_runtime", StepState.RUNNING, executor),
@@ -163,21 +163,112 @@ async def test_a_stronger_alert_escalates_the_nodes_rollback(b: Bench) -> None:
         what="cleanup",
     )
     [first] = b.rollbacks()
-    b.agent.hold = False
-    await b.deliver(alert("new-1", fingerprint="r1"))
-    await b.settled(executor)
-    [rollback] = b.rollbacks()
+    return first
+
+
+def _escalated_to_the_end(b: Bench, rollback: NodeRollback, first: NodeRollback) -> None:
+    """``first`` escalated into a node rollback that ran every step, cleaning up again after
+    the drain with a request of its own."""
     assert rollback.name == first.name
     assert rollback.spec.action is Action.ROLLBACK_NODE
     assert rollback.generation == 2
     assert rollback.status.phase is Phase.SUCCEEDED
     assert step_states(rollback) == ALL_DONE
-    # the cleanup ran again after the drain, with a request of its own
     request = b.node("new-1")["metadata"]["annotations"][CLEANUP_REQUEST_ANNOTATION]
     assert request == f"{rollback.uid}-2"
     [cleanup] = [s for s in rollback.status.steps if s.kind is StepKind.CLEANUP_RUNTIME]
     assert cleanup.request == request
+
+
+async def test_a_stronger_alert_escalates_the_nodes_rollback(b: Bench) -> None:
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    executor = b.executor()
+    first = await _cleanup_waiting_for_its_agent(b, executor)
+    await b.deliver(alert("new-1", fingerprint="r1"))
+    await executor.intake.run_once()  # decided while the cleanup waits for its agent
+    b.agent.hold = False
+    await b.settled(executor)
+    [rollback] = b.rollbacks()
+    _escalated_to_the_end(b, rollback, first)
     assert [d.verdict for d in await b.decisions()] == ["plan", "escalate"]
+
+
+class _EscalationLandsFirst(RollbackWrites):
+    """Runs ``land`` once, right before the write that would end a rollback Succeeded: an
+    escalation that reaches the API server while the last step of the weaker plan runs."""
+
+    land: Callable[[], Awaitable[None]] | None = None
+
+    async def update_status(self, current: NodeRollback, status: RollbackStatus) -> NodeRollback:
+        if self.land is not None and status.phase is Phase.SUCCEEDED:
+            land, self.land = self.land, None
+            await land()
+        return await super().update_status(current, status)
+
+
+async def test_an_escalation_that_lands_as_the_last_step_ends_is_carried_out(b: Bench) -> None:
+    """The verify of the cleanup writes its outcome from the object it read; the escalation
+    changed the object since (409): the outcome read again is the escalated rollback's, which
+    goes on to the node rollback's steps rather than ending Succeeded on the cleanup's."""
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    writes = _EscalationLandsFirst(b.api)
+    executor = b.executor(writes=writes)
+
+    async def escalate() -> None:
+        await b.deliver(alert("new-1", fingerprint="r1"))
+        await executor.intake.run_once()
+        assert b.rollbacks()[0].generation == 2
+
+    writes.land = escalate
+    await b.deliver(alert("new-1", "cleanup_orphans", fingerprint="c1"))
+    await b.settled(executor)
+    assert writes.land is None  # it landed
+    [rollback] = b.rollbacks()
+    assert [r for _, r in b.agent.answered] == [rollback.uid, f"{rollback.uid}-2"]
+    _escalated_to_the_end(b, rollback, rollback)
+    assert [d.verdict for d in await b.decisions()] == ["plan", "escalate"]
+
+
+async def test_an_alert_for_a_rollback_that_just_ended_is_a_rollback_of_its_own(
+    b: Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cleanup ended; the watch has not shown it yet (it still shows the cleanup waiting)
+    when the stronger alert is decided. A rollback that ended takes no more alerts: the
+    escalation is not written to it; the alert becomes a node rollback of its own."""
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    executor = b.executor()
+    first = await _cleanup_waiting_for_its_agent(b, executor)
+    stale = list(b.watch.all())
+    b.agent.hold = False
+    await until_async(
+        lambda: _phase_is(b, first.name, Phase.SUCCEEDED, executor),
+        timeout=15.0,
+        what="the cleanup to succeed",
+    )
+    monkeypatch.setattr(b.watch, "guard_state", lambda: GuardState.of(stale))
+    await b.deliver(alert("new-1", fingerprint="r1"))
+    await b.settled(executor)
+    [ended] = [r for r in b.rollbacks() if r.name == first.name]
+    [rollback] = [r for r in b.rollbacks() if r.name != first.name]
+    assert (ended.spec.action, ended.generation) == (Action.CLEANUP_ORPHANS, 1)
+    assert [t.fingerprint for t in ended.status.triggers] == ["c1"]
+    assert step_states(ended) == [("cleanup_runtime", "done"), ("verify", "done")]
+    assert rollback.spec.action is Action.ROLLBACK_NODE
+    assert rollback.status.phase is Phase.SUCCEEDED
+    assert step_states(rollback) == ALL_DONE
+    assert b.agent.answered == [("new-1", ended.uid), ("new-1", rollback.uid)]
+    assert [(d.verdict, d.rollback) for d in await b.decisions()] == [
+        ("plan", ended.name),
+        ("plan", rollback.name),
+    ]
+
+
+async def _phase_is(b: Bench, name: str, phase: Phase, executor: Executor) -> bool:
+    await executor.run_once()
+    return any(r.name == name and r.status.phase is phase for r in b.rollbacks())
 
 
 async def test_an_escalation_in_the_same_delivery_is_decided_before_the_rollback_is_driven(

@@ -66,6 +66,21 @@ def test_a_stronger_alert_escalates_and_is_judged_by_the_guards() -> None:
     assert refused.refusal.reason == "blast_radius_fraction"
 
 
+def test_an_alert_about_a_rollback_found_ended_is_a_new_rollback() -> None:
+    """The watch still showed the cleanup active; the server has it ended: it takes no more
+    alerts, and the stronger alert (or a join) is judged as a rollback of its own."""
+    view = view_of([new_node("n0")])
+    state = GuardState()
+    cleanup = decide(alert("n0", "cleanup_orphans", "c1"), view, state, POLICY, NOW)
+    state.accept("cleanup-n0", cleanup.plan, NOW)  # type: ignore[arg-type]
+    assert decide(alert("n0", "rollback_node", "r1"), view, state, POLICY, NOW).verdict == ESCALATE
+    assert decide(alert("n0", "cleanup_orphans", "c2"), view, state, POLICY, NOW).verdict == JOIN
+    state.ended("cleanup-n0")
+    state.ended("never-decided")  # nothing to end: no effect
+    assert decide(alert("n0", "rollback_node", "r1"), view, state, POLICY, NOW).verdict == PLAN
+    assert decide(alert("n0", "cleanup_orphans", "c2"), view, state, POLICY, NOW).verdict == PLAN
+
+
 def test_evictions_of_different_pods_are_rollbacks_of_their_own() -> None:
     view = view_of([new_node("n0")])
     state = GuardState()

@@ -10,6 +10,7 @@ import pytest
 from exporter.model.rollback import (
     QUEUED,
     Action,
+    NodeRollback,
     Phase,
     RollbackSpec,
     StepKind,
@@ -29,6 +30,7 @@ from exporter.model.rollback_state import (
     finish_step,
     initial_status,
     may_have_changed,
+    record_outcome,
     replan,
     start_step,
     to_undo,
@@ -197,6 +199,44 @@ def test_an_escalation_replans_and_cleans_up_again_after_the_drain() -> None:
     assert escalated.observed_generation == 2
     assert escalated.steps[3].attempts == 1  # the earlier cleanup's attempt is kept
     assert current_step(escalated) == 0
+
+
+STOP = StepResult(StepState.FAILED, "runtime unavailable", "cleanup_failed", stop=Phase.FAILED)
+
+
+@pytest.mark.parametrize(
+    ("generation", "index", "result", "phase", "steps"),
+    [
+        pytest.param(1, 1, DONE, Phase.SUCCEEDED, ["done", "done"], id="last-step-ends-it"),
+        pytest.param(1, 0, STOP, Phase.FAILED, ["failed", "skipped"], id="a-stop-ends-it"),
+        pytest.param(1, 0, DONE, Phase.RUNNING, ["done", "pending"], id="goes-on"),
+        pytest.param(2, 1, DONE, Phase.RUNNING, ["pending"] * 5, id="escalated-last-step"),
+        pytest.param(2, 0, STOP, Phase.RUNNING, ["pending"] * 5, id="escalated-stop"),
+    ],
+)
+def test_an_outcome_never_ends_a_rollback_escalated_since_its_plan(
+    generation: int, index: int, result: StepResult, phase: Phase, steps: list[str]
+) -> None:
+    """A cleanup of orphans whose step ends as the escalation to a node rollback lands (its
+    spec at generation 2, its steps still the cleanup's): the outcome replans it for the node
+    rollback, which is driven to its end, instead of ending it on the cleanup's plan."""
+    cleanup = dataclasses.replace(SPEC, action=Action.CLEANUP_ORPHANS)
+    status = initial_status(cleanup)
+    if index == 1:
+        status = finish_step(start_step(status, 0, T), 0, DONE, T)
+    status = start_step(status, index, T)
+    spec = SPEC if generation == 2 else cleanup
+    rollback = NodeRollback("r", spec, status, generation=generation)
+    recorded = record_outcome(rollback, index, result, T + 1)
+    assert recorded is not None
+    assert recorded.phase is phase
+    assert [s.state.value for s in recorded.steps] == steps
+    assert recorded.observed_generation == generation
+    if phase is Phase.RUNNING:
+        assert (recorded.reason, recorded.finished_at, recorded.action_required) == ("", None, "")
+    if generation == 1:  # recorded once: a second writer finds the step ended
+        again = dataclasses.replace(rollback, status=recorded)
+        assert record_outcome(again, index, DONE, T) is None
 
 
 def test_a_result_is_a_finished_state() -> None:

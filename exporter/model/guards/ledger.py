@@ -4,6 +4,7 @@ before it decided."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -79,6 +80,13 @@ class GuardState:
             counts=action is Action.ROLLBACK_NODE,
             pod=pod,
         )
+
+    def ended(self, key: str) -> None:
+        """Rollback ``key`` was found ended (a watch had not delivered its end yet): an alert
+        about its node no longer joins or escalates it."""
+        decided = self._decided.get(key)
+        if decided is not None:
+            self._decided[key] = dataclasses.replace(decided, active=False)
 
     def active_on(
         self, node: str, *, node_level: bool, pod: tuple[str, str] = ("", "")
