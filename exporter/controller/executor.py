@@ -197,6 +197,11 @@ class Executor:
             budget_absolute=absolute,
             budget_wave_fraction=wave,
             api_write_tokens=self._limiter.tokens() if self._limiter is not None else None,
+            held=(
+                tuple((h.alertname, h.node, h.reason) for h in self.intake.held)
+                if self.lead.leading
+                else None
+            ),
             step_deadlines=earliest_deadlines(self.rollbacks.all(), self._timeouts)
             if synced
             else {},

@@ -13,6 +13,10 @@ the decision carried out:
 - refused: recorded in the journal with a Warning Event on the node;
 - waits: reported once (metric, Event) and decided again at the next pass.
 
+After each pass the intake finds which guard holds each firing action alert that has no
+rollback running (refused, waiting, or decided in a dry run: exporter.model.holds), for
+``nodesync_alert_held`` and a status line logged when a hold begins.
+
 Fencing first: a pass carries out the accepted decisions (plan, join, escalate) as it makes
 them, and once every accepted alert of the pass is carried out, hands each NodeRollback it
 created to the executor (``decide`` yields them), so that their cordons are under way before
@@ -48,6 +52,7 @@ from exporter.controller.settings import ExecutorSettings
 from exporter.kube.errors import AlreadyExists
 from exporter.kube.noderollbacks import RollbackWrites, object_json
 from exporter.metrics.rollback import RollbackMetrics
+from exporter.model.alerts import Alert
 from exporter.model.clusterview import ClusterView
 from exporter.model.decision import (
     ESCALATE,
@@ -59,6 +64,7 @@ from exporter.model.decision import (
     new_rollback,
 )
 from exporter.model.guards import GuardState
+from exporter.model.holds import Hold, holds
 from exporter.model.rollback import (
     Action,
     NodeRollback,
@@ -108,6 +114,8 @@ class Intake:
         self._clock = clock
         self._deferred: dict[tuple[str, float], str] = {}  # alert key -> last deferring reason
         self.decided = 0  # by the last pass
+        self.held: tuple[Hold, ...] = ()  # as of the last pass (exporter.model.holds)
+        self._held_seen: set[tuple[str, str, str]] = set()
 
     async def _state(self) -> GuardState:
         """The rollbacks decided so far: those in the cluster; in a dry run, also the dry-run
@@ -171,6 +179,29 @@ class Intake:
             await self._refuse(alert, refusal, now)
         for alert, refusal in held:
             self._defer(alert, refusal)
+        await self._hold(view, state, [(a.alert, r.reason) for a, r in held])
+
+    async def _hold(
+        self, view: ClusterView, state: GuardState, waiting: list[tuple[Alert, str]]
+    ) -> None:
+        """Find which guard holds each firing action alert that has no rollback running
+        (exporter.model.holds): those waiting now, and those refused or decided in a dry run.
+        ``held`` is what the metrics show; a hold that is new or changed its reason is logged
+        with its status line."""
+        decided = list(waiting)
+        for record, verdict, reason in await self._journal.firing_decided((REFUSED, DRY_RUN)):
+            decided.append((record.alert, DRY_RUN if verdict == DRY_RUN else reason))
+        running = self._rollbacks.guard_state().active_nodes()  # the cluster's, not a dry run's
+        self.held = holds(decided, view, state, self._policy, self._clock(), running)
+        seen = {(h.alertname, h.node, h.guard) for h in self.held}
+        for hold in self.held:
+            if (hold.alertname, hold.node, hold.guard) not in self._held_seen:
+                log.info(
+                    "an alert is held: %s",
+                    hold.line(),
+                    extra={"node": hold.node, "alertname": hold.alertname, "reason": hold.reason},
+                )
+        self._held_seen = seen
 
     async def _carry_out(
         self,

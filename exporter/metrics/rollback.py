@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from exporter.metrics.holds import Held, held_family
+
 # ``action``: the step kinds (exporter.model.rollback.StepKind values), and ``undo`` for giving a
 # node that recovered before it was drained back to the scheduler.
 ACTIONS = (
@@ -50,6 +52,9 @@ class ExecutorStatus:
     #: Per step kind, the earliest Unix time an active rollback's current step must have ended
     #: by (exporter.model.step_deadlines); only the step kinds some rollback is at.
     step_deadlines: Mapping[str, float] = field(default_factory=dict)
+    #: The firing action alerts a guard holds back, as the leader's last pass found them
+    #: (exporter.model.holds): (alertname, node, reason) each; None where it does not lead.
+    held: tuple[Held, ...] | None = None
 
 
 class RollbackMetrics:
@@ -122,6 +127,8 @@ class RollbackMetrics:
             for step, deadline in sorted(status.step_deadlines.items()):
                 deadlines.add_metric([step], deadline)
             families += [phases, reasons, deadlines]
+        if status.held is not None:
+            families.append(held_family(status.held))
         if status.paused is not None:
             families.append(
                 GaugeMetricFamily(

@@ -141,6 +141,10 @@ def rich_rollback(registry: CollectorRegistry) -> None:
         budget_wave_fraction=1,
         api_write_tokens=4.5,
         step_deadlines={"drain": 1_700_001_800.0, "cleanup_runtime": 1_700_000_300.0},
+        held=(
+            ("NodesyncNewNodeNotReady", "new-7", "budget"),
+            ("NodesyncNewNodePodPending", "new-8", "exemption"),
+        ),
     )
     registry.register(SnapshotCollector(lambda: metrics.families(status)))
 

@@ -10,6 +10,7 @@ import pytest
 from exporter.controller.executor import OTHER_REASON, REFUSAL_REASONS, ROLLBACK_REASONS
 from exporter.metrics.rollback import ACTIONS, PHASES, RESULTS, ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
+from exporter.model.holds import HOLD_REASONS
 from exporter.model.rollback import Phase, StepKind, StepState
 from tests.metrics.exposition import labels, render, series
 from tests.metrics.promtool import check_metrics
@@ -23,6 +24,13 @@ from tests.support.docs import (
 
 SECTION = "Controller: rollback"
 
+HELD = (
+    ("NodesyncNewNodeNotReady", "new-7", "budget"),
+    ("NodesyncNewNodePodPending", "new-8", "exemption"),
+    ("NodesyncNewNodePodPending", "new-8", "exemption"),
+    ("NodesyncNewNodeNotReady", "new-9", "dry_run"),
+)
+
 FULL = ExecutorStatus(
     phases={"Pending": 1, "Running": 2, "Waiting": 1, "Succeeded": 5, "Failed": 1},
     reasons={("Waiting", "waiting_for_agent"): 1, ("Failed", "pdb_blocked"): 1},
@@ -32,6 +40,7 @@ FULL = ExecutorStatus(
     budget_wave_fraction=1,
     api_write_tokens=4.5,
     step_deadlines={"drain": 1_700_001_800.0, "cleanup_runtime": 1_700_000_300.0},
+    held=HELD,
 )
 
 
@@ -71,6 +80,12 @@ def test_counts_and_gauges() -> None:
         labels(kind="wave_fraction"): 1,
     }
     assert series(text, "nodesync_api_write_tokens") == {labels(): 4.5}
+    # One series per alert name, node and reason while held; two pods' alerts on one node: 2.
+    assert series(text, "nodesync_alert_held") == {
+        labels(alertname="NodesyncNewNodeNotReady", node="new-7", reason="budget"): 1,
+        labels(alertname="NodesyncNewNodePodPending", node="new-8", reason="exemption"): 2,
+        labels(alertname="NodesyncNewNodeNotReady", node="new-9", reason="dry_run"): 1,
+    }
     assert series(text, "nodesync_rollback_step_deadline_timestamp_seconds") == {
         labels(step="drain"): 1_700_001_800.0,
         labels(step="cleanup_runtime"): 1_700_000_300.0,
@@ -95,6 +110,7 @@ def test_unknown_state_leaves_series_out() -> None:
         "nodesync_rollbacks_paused",
         "nodesync_rollback_budget_remaining",
         "nodesync_rollback_step_deadline_timestamp_seconds",
+        "nodesync_alert_held",
         "nodesync_api_write_tokens",
     ):
         assert series(text, name) == {}
@@ -132,6 +148,8 @@ def test_the_section_lists_every_label_value() -> None:
     assert values == ["reason", *REFUSAL_REASONS]
     values = re.findall(r"`([a-z_]+)`", rows["nodesync_rollback_budget_remaining"])
     assert values == ["kind", "absolute", "wave_fraction"]
+    values = re.findall(r"`([a-z_]+)`", rows["nodesync_alert_held"])
+    assert values == ["alertname", "node", "reason", *HOLD_REASONS]
     values = re.findall(r"`([A-Za-z_]+)`", rows["nodesync_rollbacks"])
     assert values == ["phase", *PHASES]
     values = re.findall(r"`([A-Za-z_]+)`", rows["nodesync_rollbacks_by_reason"])

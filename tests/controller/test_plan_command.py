@@ -63,6 +63,18 @@ async def test_thirty_alerts_in_text(
     )
     assert out.count("rollback_node (wave ") == 10
     assert out.count("refused: blast_radius_fraction") == 20
+    # The same status lines the controller logs, for the alerts a guard holds back.
+    held = out.split("Held (no rollback running):\n")[1].split("\n\n")[0].splitlines()
+    assert len(held) == 20
+    assert held[0].startswith(
+        "  NodesyncNodeJoinFailed on new-010: held by budget (blast_radius_fraction): 10 of 10 "
+        "node rollbacks of wave "
+    )
+    assert held[0].endswith(
+        "(--guard.max-rollback-fraction 0.1 of 100 nodes); released when "
+        "--guard.max-rollback-fraction is raised or a NodeRollback of the wave is deleted; its "
+        "next episode is then acted on"
+    )
     assert "  1. cordon new-000\n  2. taint new-000\n  3. drain new-000\n" in out
     assert "delete_node" not in out
     assert "Budget: 10 of 10 node rollbacks within 3600 s (0 left)" in out
@@ -120,6 +132,14 @@ async def test_json_from_stdin(
     }
     [wave] = report["budget"]["waves"]
     assert (wave["size"], wave["limit"], wave["used"]) == (2, 2, 1)
+    # The control-plane node's alert is held; the unknown node's is the planner's refusal.
+    [held] = report["held"]
+    assert (held["node"], held["reason"], held["guard"]) == ("cp-1", "exemption", "control_plane")
+    assert held["line"] == (
+        "NodesyncNodeJoinFailed on cp-1: held by exemption (control_plane): node cp-1 is a "
+        "control-plane node; released when never: nodesync does not roll a control-plane "
+        "node back"
+    )
     assert server.counters.writes() == 0
 
 
@@ -136,6 +156,12 @@ async def test_old_nodes_failing_make_every_plan_wait(
     out = capsys.readouterr().out
     assert "would wait: correlated_failure" in out
     assert "4 of 5 established nodes failing: PAUSED" in out
+    assert (
+        "  NodesyncNodeJoinFailed on new-1: held by pause (correlated_failure): 4 of 5 "
+        "established nodes failing (pauses at --guard.correlated-failure-fraction 0.3 and "
+        "--guard.correlated-failure-min-nodes 2); released when fewer established nodes fail: "
+        "the alert is decided again at the next pass\n"
+    ) in out
 
 
 @pytest.mark.parametrize(

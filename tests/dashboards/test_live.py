@@ -159,6 +159,16 @@ def test_the_rollback_delivered_by_alertmanager_shows_on_the_overview(scenario: 
         timeout=30,
     )
     assert {s["metric"]["result"] for s in steps} == {"dry_run"}
+    # Decided in a dry run, node-b's alert is held back by it: the "why nothing happened"
+    # panel lists it.
+    held = scenario.prom.wait_for(
+        _panel_expr("scaleout-overview.json / Alerts held back: which guard, and why / A", values),
+        lambda r: bool(r),
+        timeout=30,
+    )
+    assert [
+        (s["metric"]["alertname"], s["metric"]["node"], s["metric"]["reason"]) for s in held
+    ] == [("NodesyncNewNodeNotReady", "node-b", "dry_run")]
 
 
 @pytest.mark.timeout(120)

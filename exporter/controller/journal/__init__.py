@@ -57,7 +57,12 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 from exporter.controller.journal.counts import PRUNE_BATCH, count, prune_batch
-from exporter.controller.journal.decisions import read_decision, read_decisions, save_decision
+from exporter.controller.journal.decisions import (
+    read_decision,
+    read_decisions,
+    read_firing_decided,
+    save_decision,
+)
 from exporter.controller.journal.errors import (
     CLOSED,
     CORRUPT,
@@ -331,6 +336,13 @@ class Journal:
     async def decisions(self, verdict: str | None = None) -> list[DecisionRecord]:
         """Decisions (with this verdict), in the order they were made."""
         return await self._run(read_decisions, verdict)
+
+    async def firing_decided(
+        self, verdicts: tuple[str, ...], limit: int = 1000
+    ) -> list[tuple[AlertRecord, str, str]]:
+        """Firing alerts whose decision has one of ``verdicts`` (oldest first, at most
+        ``limit``), each with the decision's verdict and reason."""
+        return await self._run(read_firing_decided, verdicts, limit)
 
     async def counts(self) -> JournalCounts:
         """Counted again from the tables (``last_counts`` is what the writes kept)."""

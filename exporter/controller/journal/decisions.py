@@ -1,4 +1,5 @@
-"""The decision about each alert episode: stored once (idempotent), read back."""
+"""The decision about each alert episode: stored once (idempotent), read back; the firing
+alerts with a decision of some verdicts (those a guard holds back)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import dataclasses
 import sqlite3
 from typing import Any
 
-from exporter.controller.journal.ledger import stored
-from exporter.controller.journal.records import AlertKey, DecisionRecord
+from exporter.controller.journal.ledger import _ALERT_COLUMNS, _alert_record, stored
+from exporter.controller.journal.records import AlertKey, AlertRecord, DecisionRecord
 from exporter.controller.journal.schema import transaction
 
 _DECISION_COLUMNS = (
@@ -76,3 +77,20 @@ def read_decisions(conn: sqlite3.Connection, verdict: str | None) -> list[Decisi
             (verdict,),
         ).fetchall()
     return [_decision_record(r) for r in rows]
+
+
+def read_firing_decided(
+    conn: sqlite3.Connection, verdicts: tuple[str, ...], limit: int
+) -> list[tuple[AlertRecord, str, str]]:
+    """Firing alerts whose decision has one of ``verdicts``, oldest first, each with the
+    decision's verdict and reason."""
+    columns = ", ".join(f"a.{c.strip()}" for c in _ALERT_COLUMNS.split(","))
+    marks = ", ".join("?" for _ in verdicts)
+    rows = conn.execute(
+        f"SELECT {columns}, d.verdict, d.reason FROM alerts AS a JOIN decisions AS d"
+        " ON d.fingerprint = a.fingerprint AND d.starts_at = a.starts_at"
+        f" WHERE a.status = 'firing' AND d.verdict IN ({marks})"
+        " ORDER BY a.received_at, a.starts_at, a.fingerprint LIMIT ?",
+        (*verdicts, limit),
+    ).fetchall()
+    return [(_alert_record(r[:-2]), r[-2], r[-1]) for r in rows]

@@ -102,12 +102,26 @@ class GuardState:
                 return name, d
         return None
 
+    def active_nodes(self) -> set[str]:
+        """The nodes with an active node-level rollback (a node rollback, a cleanup)."""
+        return {d.node for d in self._decided.values() if d.active and d.node_level}
+
     def running(self) -> int:
         """Active node rollbacks."""
         return sum(1 for d in self._decided.values() if d.active and d.counts)
 
     def nodes_in_window(self, now: float, window: float) -> set[str]:
         return {d.node for d in self._decided.values() if d.counts and now - d.accepted_at < window}
+
+    def window_frees_at(self, now: float, window: float) -> float | None:
+        """When the oldest node rollback within the sliding window leaves it (None: none is
+        in it)."""
+        times = [
+            d.accepted_at
+            for d in self._decided.values()
+            if d.counts and now - d.accepted_at < window
+        ]
+        return min(times) + window if times else None
 
     def nodes_in_wave(self, wave: str) -> set[str]:
         return {d.node for d in self._decided.values() if d.counts and d.wave == wave}

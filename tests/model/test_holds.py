@@ -1,0 +1,216 @@
+"""Which guard holds a firing action alert (exporter.model.holds), as tables: each guard's
+refusal decided as the controller decides it, the hold reason reported for it, the figure and
+what would release it; and the alerts that are not held."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from exporter.model import guards, planner
+from exporter.model.alerts import Alert
+from exporter.model.clusterview import ClusterView, build_view
+from exporter.model.decision import decide
+from exporter.model.guards import GuardPolicy, GuardState
+from exporter.model.holds import (
+    BUDGET,
+    COHORT,
+    DRY_RUN,
+    EXEMPTION,
+    GUARD_HOLDS,
+    HOLD_REASONS,
+    PAUSE,
+    WINDOW,
+    Hold,
+    hold_reason,
+    holds,
+)
+from exporter.model.kube import NodeCondition, NodeInfo, Taint
+from exporter.model.rfc3339 import format_time
+from exporter.model.rollback import Action
+from exporter.settings.policy import default_policy
+from tests.controller.builders import T0, lease, node
+
+MIN = 60.0
+NOW = T0 + 10 * MIN
+POLICY = default_policy()
+OLD = T0 - 86_400
+
+
+def failing(name: str, created: float = T0, since: float | None = None, **kw: object) -> NodeInfo:
+    """A node NotReady since ``since`` (30 s after its creation unless told)."""
+    since = created + 30 if since is None else since
+    return node(
+        name,
+        created,
+        conditions=(NodeCondition("Ready", "False", last_transition=since),),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def healthy_old(name: str) -> NodeInfo:
+    return node(name, OLD, conditions=(NodeCondition("Ready", "True", last_transition=OLD),))
+
+
+def alert(name: str = "new-1", action: str = "rollback_node", status: str = "firing") -> Alert:
+    labels = {"alertname": "NodesyncNewNodeNotReady", "nodesync_action": action, "node": name}
+    return Alert(f"fp-{name}", status, labels, starts_at=NOW - 2 * MIN)
+
+
+@dataclass(frozen=True)
+class Case:
+    nodes: tuple[NodeInfo, ...]
+    policy: GuardPolicy = POLICY
+    rolled_back: tuple[str, ...] = ()  # nodes of the wave rolled back a minute ago
+    dry_run: bool = False
+
+
+WAVE = tuple(failing(f"new-{i}") for i in range(1, 11))
+OLD_NODES = tuple(healthy_old(f"old-{i}") for i in range(1, 5))
+#: Three of the four established nodes started failing 3 minutes ago: a control-plane blip.
+BLIP = (*OLD_NODES[:1], *(failing(f"old-{i}", OLD, since=NOW - 3 * MIN) for i in (2, 3, 4)))
+
+
+def _view(case: Case) -> ClusterView:
+    names = [n.name for n in case.nodes]
+    return build_view(case.nodes, [lease(n, NOW) for n in names], wave_label=None, now=NOW)
+
+
+def _state(case: Case, view: ClusterView) -> GuardState:
+    state = GuardState()
+    for name in case.rolled_back:
+        seen = view.node(name)
+        assert seen is not None
+        state.accept_decided(f"r-{name}", name, Action.ROLLBACK_NODE, seen.wave_id, NOW - MIN)
+    return state
+
+
+def hold_for(case: Case, about: Alert | None = None) -> Hold | None:
+    """The alert decided as the controller decides it, then its hold."""
+    about = about or alert()
+    view = _view(case)
+    state = _state(case, view)
+    decision = decide(about, view, state, case.policy, NOW)
+    if decision.refusal is not None:
+        guard = decision.refusal.reason
+    elif case.dry_run:
+        guard = DRY_RUN
+    else:
+        return None
+    [found] = holds([(about, guard)], view, state, case.policy, NOW) or [None]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "guard"),
+    [
+        pytest.param(Case((*WAVE, *OLD_NODES)), None, None, id="allowed: nothing holds it"),
+        pytest.param(
+            Case((failing("new-1", labels={"nodesync.io/protected": "true"}), *OLD_NODES)),
+            EXEMPTION, "protected", id="protected",
+        ),
+        pytest.param(
+            Case((failing("new-1", labels={"node-role.kubernetes.io/control-plane": ""}),)),
+            EXEMPTION, "control_plane", id="control-plane",
+        ),
+        pytest.param(
+            Case((failing("new-1", taints=(Taint("karpenter.sh/disrupted", "NoSchedule"),)),)),
+            EXEMPTION, "other_remediator", id="another-remediator",
+        ),
+        pytest.param(
+            Case((failing("new-1", created=OLD, since=NOW - 5 * MIN), *OLD_NODES)),
+            WINDOW, "scale_out_window", id="an-old-node",
+        ),
+        pytest.param(
+            Case((*WAVE, *BLIP)),
+            PAUSE, "correlated_failure", id="established-nodes-fail",
+        ),
+        pytest.param(
+            Case((*WAVE, *OLD_NODES), rolled_back=("new-2",)),
+            BUDGET, "blast_radius_fraction", id="the-wave's-fraction",
+        ),
+        pytest.param(
+            Case(
+                (*WAVE, *OLD_NODES),
+                policy=replace(POLICY, max_rollbacks=1, max_rollback_fraction=1.0),
+                rolled_back=("new-2",),
+            ),
+            BUDGET, "blast_radius_absolute", id="the-absolute-cap",
+        ),
+        pytest.param(
+            Case((*WAVE, *OLD_NODES), dry_run=True), DRY_RUN, DRY_RUN, id="dry-run",
+        ),
+    ],
+)  # fmt: skip
+def test_the_reason_chosen_for_each_guard(case: Case, reason: str | None, guard: str) -> None:
+    found = hold_for(case)
+    if reason is None:
+        assert found is None
+        return
+    assert found is not None
+    assert (found.reason, found.guard) == (reason, guard)
+    assert (found.alertname, found.node) == ("NodesyncNewNodeNotReady", "new-1")
+    assert found.line().startswith(f"NodesyncNewNodeNotReady on new-1: held by {reason} ({guard}):")
+
+
+def test_every_guard_reason_but_an_unknown_node_has_a_hold_reason() -> None:
+    assert {hold_reason(r) for r in guards.REASONS} - {None} == set(GUARD_HOLDS.values())
+    assert [r for r in guards.REASONS if hold_reason(r) is None] == [guards.UNKNOWN_NODE]
+    assert all(hold_reason(r) is None for r in planner.REASONS)
+    # cohort is reserved (the cohort breaker is not built): listed, never chosen
+    assert set(HOLD_REASONS) == {*GUARD_HOLDS.values(), COHORT, DRY_RUN}
+    assert COHORT not in GUARD_HOLDS.values()
+
+
+def test_the_figures_and_what_releases_them() -> None:
+    fraction = hold_for(Case((*WAVE, *OLD_NODES), rolled_back=("new-2",)))
+    assert fraction is not None
+    assert fraction.figure.startswith("1 of 1 node rollbacks of wave ")
+    assert "(--guard.max-rollback-fraction 0.1 of 10 nodes)" in fraction.figure
+    assert fraction.release.startswith("--guard.max-rollback-fraction is raised")
+    absolute = hold_for(
+        Case(
+            (*WAVE, *OLD_NODES),
+            policy=replace(POLICY, max_rollbacks=1, max_rollback_fraction=1.0),
+            rolled_back=("new-2",),
+        )
+    )
+    assert absolute is not None
+    window = POLICY.max_rollbacks_window
+    assert (
+        absolute.figure == f"1 of 1 node rollbacks within {window:g} s used (--guard.max-rollbacks)"
+    )
+    assert f"(at {format_time(NOW - MIN + window)})" in absolute.release
+    pause = hold_for(Case((*WAVE, *BLIP)))
+    assert pause is not None
+    assert pause.figure.startswith("3 of 4 established nodes failing")
+    assert "decided again at the next pass" in pause.release
+    old = hold_for(Case((failing("new-1", created=OLD, since=NOW - 5 * MIN), *OLD_NODES)))
+    assert old is not None
+    assert old.release.startswith("never")
+
+
+@pytest.mark.parametrize(
+    ("about", "guard", "running"),
+    [
+        pytest.param(alert(status="resolved"), "protected", (), id="resolved"),
+        pytest.param(alert(action="none"), "protected", (), id="report-only"),
+        pytest.param(alert(action=""), "protected", (), id="no-action-label"),
+        pytest.param(alert(), "protected", ("new-1",), id="a-rollback-runs-on-the-node"),
+        pytest.param(alert(), "unknown_node", (), id="the-node-is-gone"),
+        pytest.param(alert(), "missing_label", (), id="a-planner-refusal"),
+    ],
+)
+def test_alerts_that_are_not_held(about: Alert, guard: str, running: tuple[str, ...]) -> None:
+    case = Case((failing("new-1", labels={"nodesync.io/protected": "true"}),))
+    view = _view(case)
+    assert holds([(about, guard)], view, GuardState(), POLICY, NOW, running) == ()
+
+
+def test_holds_are_listed_by_alert_and_node() -> None:
+    case = Case((*WAVE,))
+    view = _view(case)
+    decided = [(alert(f"new-{i}"), "control_plane") for i in (3, 1, 2)]
+    found = holds(decided, view, GuardState(), POLICY, NOW)
+    assert [h.node for h in found] == ["new-1", "new-2", "new-3"]
