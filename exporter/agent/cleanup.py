@@ -35,6 +35,7 @@ from typing import Protocol
 
 from exporter.cri.errors import CRIError, NotFound
 from exporter.kube.errors import KubeError
+from exporter.kube.reads import ObjectReads
 from exporter.metrics.cleanup import CleanupTotals
 from exporter.model.cleanup import (
     CleanupState,
@@ -80,9 +81,11 @@ class CleanupRuntime(Protocol):
 
 
 class CleanupAPI(Protocol):
-    """The API calls a cleanup makes (exporter.kube.writer.KubeWriter)."""
+    """The API calls a cleanup makes (exporter.kube.writer.KubeWriter): the read of its
+    node's pods (``reads``) and the write of its answer."""
 
-    async def list_pods_on_node(self, node: str) -> list[PodInfo]: ...
+    @property
+    def reads(self) -> ObjectReads: ...
 
     async def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> object: ...
 
@@ -166,7 +169,7 @@ class NodeCleanup:
             sandboxes, containers, pods = await asyncio.gather(
                 self._runtime.list_pod_sandboxes(),
                 self._runtime.list_containers(),
-                self._api.list_pods_on_node(self.node_name),
+                self._api.reads.list_pods_on_node(self.node_name),
             )
         except CRIError as exc:
             return await self._unavailable(request, str(exc))

@@ -100,7 +100,7 @@ class Audit:
         if self._dry_run or not is_dns1123_subdomain(name):
             return
         try:
-            node = await self._writer.get_node(name)
+            node = await self._writer.reads.get_node(name)
         except KubeError as exc:
             log.warning("could not record an event", extra={"node": name, "error": str(exc)})
             return

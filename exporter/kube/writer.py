@@ -32,7 +32,7 @@ from exporter.kube.ratelimit import AsyncRateLimiter
 from exporter.kube.reads import ObjectReads
 from exporter.kube.resources import NODES
 from exporter.kube.writing import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Channel, WriteResult
-from exporter.model.kube import NodeInfo, PodInfo, Taint
+from exporter.model.kube import Taint
 from exporter.model.rfc3339 import format_time
 
 __all__ = [
@@ -80,7 +80,6 @@ class KubeWriter:
     ) -> None:
         self._channel = Channel(api, limiter=limiter, dry_run=dry_run)
         self.reads = ObjectReads(api)
-        self._reads = self.reads
         self.events = EventRecorder(self._channel, component=component, wall_clock=wall_clock)
         self.evictions = Evictions(
             self._channel,
@@ -100,24 +99,6 @@ class KubeWriter:
     def component(self) -> str:
         return self.events.component
 
-    # ------------------------------------------------------------------ the parts, by name
-
-    async def get_node(self, name: str) -> NodeInfo | None:
-        return await self.reads.get_node(name)
-
-    async def list_pods_on_node(self, node: str) -> list[PodInfo]:
-        return await self.reads.list_pods_on_node(node)
-
-    async def evict(
-        self,
-        namespace: str,
-        name: str,
-        uid: str = "",
-        *,
-        timeout: float = 120.0,  # noqa: ASYNC109 - how long refusals are retried, not a deadline
-    ) -> EvictionResult:
-        return await self.evictions.evict(namespace, name, uid, timeout=timeout)
-
     # ------------------------------------------------------------------ the Node
 
     async def cordon(self, node: str) -> WriteResult:
@@ -128,7 +109,7 @@ class KubeWriter:
 
     async def _set_unschedulable(self, node: str, value: bool) -> WriteResult:
         verb = "cordon" if value else "uncordon"
-        live = await self._reads.writable_node(node)
+        live = await self.reads.writable_node(node)
         if live is None:
             return WriteResult(False, f"node {node} not found")
         if (live.spec.unschedulable is True) == value:
@@ -188,7 +169,7 @@ class KubeWriter:
         ``change`` returns the new list and a verb (add, update, remove), or None and why
         nothing needs to change."""
         for _ in range(CONFLICT_ATTEMPTS):
-            live = await self._reads.writable_node(node)
+            live = await self.reads.writable_node(node)
             if live is None:
                 return WriteResult(False, f"node {node} not found")
             new, verb = change(live.spec.taints or [])
@@ -222,7 +203,7 @@ class KubeWriter:
 
     async def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> WriteResult:
         """Set annotations (None removes one); the others are kept."""
-        live = await self._reads.writable_node(node)
+        live = await self.reads.writable_node(node)
         if live is None:
             return WriteResult(False, f"node {node} not found")
         current = live.metadata.annotations or {}
@@ -254,7 +235,7 @@ class KubeWriter:
     async def delete_node(self, name: str, uid: str = "") -> WriteResult:
         """Delete the Node; with ``uid``, only if it is still that object (a node that joined
         again under the same name is another object). The delete carries the uid it checked."""
-        live = await self._reads.writable_node(name)
+        live = await self.reads.writable_node(name)
         if live is None:
             return WriteResult(False, f"node {name} not found")
         live_uid = live.metadata.uid

@@ -96,6 +96,10 @@ class FakeAPI:
     lists: int = 0
     written: list[str] = field(default_factory=list)
 
+    @property
+    def reads(self) -> FakeAPI:
+        return self
+
     async def list_pods_on_node(self, node: str) -> list[PodInfo]:
         assert node == NODE
         self.lists += 1

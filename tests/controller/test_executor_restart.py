@@ -33,6 +33,7 @@ from exporter.controller.rollbacks import RollbackWatch
 from exporter.controller.wiring import build_executor
 from exporter.kube.api import KubeAPI
 from exporter.kube.config import kubeconfig_configuration
+from exporter.kube.eviction import Evictions
 from exporter.kube.noderollbacks import RollbackWrites, object_json
 from exporter.kube.writer import KubeWriter, WriteResult
 from exporter.metrics.rollback import RollbackMetrics
@@ -206,6 +207,20 @@ async def test_sigkill_mid_rollback_another_controller_finishes_it(
     assert sorted(b.agent.answered) == sorted((r.spec.node, r.uid) for r in b.rollbacks())
 
 
+class _EvictsThenHangs(Evictions):
+    """The evictions of a :class:`StopsAfter` writer: stopped after the drain's eviction."""
+
+    def __init__(self, writer: StopsAfter) -> None:
+        super().__init__(writer._channel, writer.reads)
+        self._writer = writer
+
+    async def evict(self, namespace: str, name: str, uid: str = "", **kw: Any) -> Any:
+        result = await super().evict(namespace, name, uid, **kw)
+        if self._writer.write == "drain":
+            await self._writer._then_hang()
+        return result
+
+
 class StopsAfter(KubeWriter):
     """Makes one kind of write, then never returns: the executor is stopped right after an
     effect and before its outcome was recorded."""
@@ -214,6 +229,7 @@ class StopsAfter(KubeWriter):
         super().__init__(api)
         self.write = write
         self.done = asyncio.Event()
+        self.evictions = _EvictsThenHangs(self)
 
     async def _then_hang(self) -> None:
         self.done.set()
@@ -228,12 +244,6 @@ class StopsAfter(KubeWriter):
     async def add_taint(self, node: str, taint: Taint) -> WriteResult:
         result = await super().add_taint(node, taint)
         if self.write == "taint":
-            await self._then_hang()
-        return result
-
-    async def evict(self, namespace: str, name: str, uid: str = "", **kw: Any) -> Any:
-        result = await super().evict(namespace, name, uid, **kw)
-        if self.write == "drain":
             await self._then_hang()
         return result
 

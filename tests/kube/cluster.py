@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
@@ -71,6 +71,18 @@ class Request:
     verb: str
     code: int
     query: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A request of the product's client and what :meth:`Cluster.requests` selects it by."""
+
+    request: Request
+    verb: str
+    resource: str | None
+    subresource: str | None
+    name: str | None
+    namespace: str | None
 
 
 class Cluster(ABC):
@@ -155,7 +167,6 @@ class Cluster(ABC):
 
     # -------------------------------------------------------------- what the product asked
 
-    @abstractmethod
     def requests(
         self,
         *,
@@ -167,6 +178,22 @@ class Cluster(ABC):
     ) -> list[Request]:
         """The product's requests the server answered that match every criterion given, in
         order (``subresource=None``: any, the default "": none)."""
+        wanted = {
+            "verb": verb,
+            "resource": resource,
+            "subresource": subresource,
+            "name": name,
+            "namespace": namespace,
+        }
+        return [
+            answered.request
+            for answered in self._answered()
+            if all(want is None or getattr(answered, f) == want for f, want in wanted.items())
+        ]
+
+    @abstractmethod
+    def _answered(self) -> Iterator[Answered]:
+        """Every request of the product the server answered, in order."""
 
     async def expect(self, what: Callable[[], Any], expected: Any, within: float = 10.0) -> None:
         """Wait until ``what()`` equals ``expected`` (the real server writes its audit log a
@@ -246,28 +273,11 @@ class FakeCluster(Cluster):
             resource, name, namespace=namespace, grace_period_seconds=grace_period_seconds
         )
 
-    def requests(
-        self,
-        *,
-        verb: str | None = None,
-        resource: str | None = None,
-        subresource: str | None = "",
-        name: str | None = None,
-        namespace: str | None = None,
-    ) -> list[Request]:
-        checks = (
-            (verb, "verb"),
-            (resource, "resource"),
-            (subresource, "subresource"),
-            (name, "name"),
-            (namespace, "namespace"),
-        )
-        return [
-            Request(r.verb, r.code, r.query)
-            for r in self.server.audit.records()
-            if r.user_agent.startswith(PRODUCT_USER_AGENT)
-            and all(want is None or getattr(r, field) == want for want, field in checks)
-        ]
+    def _answered(self) -> Iterator[Answered]:
+        for r in self.server.audit.records():
+            if r.user_agent.startswith(PRODUCT_USER_AGENT):
+                request = Request(r.verb, r.code, r.query)
+                yield Answered(request, r.verb, r.resource, r.subresource, r.name, r.namespace)
 
 
 class RealCluster(Cluster):
@@ -330,27 +340,16 @@ class RealCluster(Cluster):
         if grace_period_seconds == 0:
             self.server.wait_gone(path)
 
-    def requests(
-        self,
-        *,
-        verb: str | None = None,
-        resource: str | None = None,
-        subresource: str | None = "",
-        name: str | None = None,
-        namespace: str | None = None,
-    ) -> list[Request]:
-        found = []
+    def _answered(self) -> Iterator[Answered]:
         for event in self.server.audit_events():
             if event.get("stage") != "ResponseComplete" or not is_product(event):
                 continue
             ref = event.get("objectRef") or {}
-            checks = (
-                (verb, event["verb"]),
-                (resource, ref.get("resource")),
-                (subresource, ref.get("subresource", "")),
-                (name, ref.get("name", "")),
-                (namespace, ref.get("namespace", "")),
+            yield Answered(
+                Request(event["verb"], code(event), query(event)),
+                event["verb"],
+                ref.get("resource"),
+                ref.get("subresource", ""),
+                ref.get("name", ""),
+                ref.get("namespace", ""),
             )
-            if all(want is None or want == got for want, got in checks):
-                found.append(Request(event["verb"], code(event), query(event)))
-        return found

@@ -6,6 +6,8 @@ servers: test_informer.py."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -33,6 +35,21 @@ def node_informer(api: KubeAPI, **kwargs: Any) -> Informer[NodeInfo]:
 
 def add_node(server: APIServer, name: str, **labels: str) -> None:
     server.store.create("nodes", {"metadata": {"name": name, "labels": labels}})
+
+
+@asynccontextmanager
+async def watching_nodes(
+    cluster: Cluster, metrics: KubeRequestMetrics
+) -> AsyncIterator[tuple[Informer[NodeInfo], Recorder]]:
+    """A node informer running against the server, its events recorded from the end of its
+    first list on."""
+    events = Recorder()
+    async with await cluster.client(observer=metrics) as api:
+        informer = node_informer(api)
+        informer.add_handler(events)
+        async with running(informer):
+            events.clear()
+            yield informer, events
 
 
 async def test_after_a_compaction_bookmarks_let_it_resume_without_a_relist(
@@ -77,30 +94,25 @@ async def test_a_compaction_while_watching_relists_and_reports_the_difference(
     server = cluster.fake
     for name in ("n1", "n2", "n3"):
         add_node(server, name)
-    events = Recorder()
-    async with await cluster.client(observer=metrics) as api:
-        informer = node_informer(api)
-        informer.add_handler(events)
-        async with running(informer):
-            events.clear()
-            # Without yielding to the loop: the open watch cannot see these before the
-            # compaction, so the informer gets 410 Expired and must learn them from a new list.
-            server.store.delete("nodes", "n2")
-            server.store.patch("nodes", "n1", {"metadata": {"labels": {"zone": "b"}}})
-            add_node(server, "n4")
-            server.compact()
+    async with watching_nodes(cluster, metrics) as (informer, events):
+        # Without yielding to the loop: the open watch cannot see these before the
+        # compaction, so the informer gets 410 Expired and must learn them from a new list.
+        server.store.delete("nodes", "n2")
+        server.store.patch("nodes", "n1", {"metadata": {"labels": {"zone": "b"}}})
+        add_node(server, "n4")
+        server.compact()
 
-            await settle(lambda: sorted(informer.store) == ["n1", "n3", "n4"], "the relist")
-            assert events.names() == [("DELETED", "n2"), ("MODIFIED", "n1"), ("ADDED", "n4")]
-            assert informer.store["n1"].labels == {"zone": "b"}
-            assert sample(registry, RELISTS, resource="nodes") == 1
-            assert sample(registry, ERRORS, resource="nodes", verb="watch", code="410") == 1
-            assert sample(registry, EVENTS, resource="nodes", type="ERROR") == 1
+        await settle(lambda: sorted(informer.store) == ["n1", "n3", "n4"], "the relist")
+        assert events.names() == [("DELETED", "n2"), ("MODIFIED", "n1"), ("ADDED", "n4")]
+        assert informer.store["n1"].labels == {"zone": "b"}
+        assert sample(registry, RELISTS, resource="nodes") == 1
+        assert sample(registry, ERRORS, resource="nodes", verb="watch", code="410") == 1
+        assert sample(registry, EVENTS, resource="nodes", type="ERROR") == 1
 
-            # and it watches again from the new list's version
-            events.clear()
-            add_node(server, "n5")
-            await settle(lambda: events.names() == [("ADDED", "n5")], "n5 after the relist")
+        # and it watches again from the new list's version
+        events.clear()
+        add_node(server, "n5")
+        await settle(lambda: events.names() == [("ADDED", "n5")], "n5 after the relist")
     count = "nodesync_kube_request_duration_seconds_count"
     assert sample(registry, count, resource="nodes", verb="list") == 2
 
@@ -110,22 +122,17 @@ async def test_server_errors_mark_it_down_until_the_server_recovers(
 ) -> None:
     server = cluster.fake
     add_node(server, "n1")
-    events = Recorder()
-    async with await cluster.client(observer=metrics) as api:
-        informer = node_informer(api)
-        informer.add_handler(events)
-        async with running(informer):
-            events.clear()
-            server.faults.fail_next(10_000, 500, verb="watch")
-            server.drop_watches()
-            await settle(lambda: not informer.up, "down")
-            assert isinstance(informer.last_error, ServerError)
-            add_node(server, "n2")  # while the watch keeps failing
+    async with watching_nodes(cluster, metrics) as (informer, events):
+        server.faults.fail_next(10_000, 500, verb="watch")
+        server.drop_watches()
+        await settle(lambda: not informer.up, "down")
+        assert isinstance(informer.last_error, ServerError)
+        add_node(server, "n2")  # while the watch keeps failing
 
-            server.faults.clear()
-            await settle(lambda: informer.up, "up again")
-            add_node(server, "n3")
-            await settle(lambda: len(events.events) == 2, "the changes made while down and after")
+        server.faults.clear()
+        await settle(lambda: informer.up, "up again")
+        add_node(server, "n3")
+        await settle(lambda: len(events.events) == 2, "the changes made while down and after")
     assert events.names() == [("ADDED", "n2"), ("ADDED", "n3")]
     failed = server.counters.count(verb="watch", resource="nodes", code=500)
     assert failed >= 1
@@ -152,21 +159,16 @@ async def test_server_restarted_on_the_same_port(
 ) -> None:
     server = cluster.fake
     add_node(server, "n1")
-    events = Recorder()
-    async with await cluster.client(observer=metrics) as api:
-        informer = node_informer(api)
-        informer.add_handler(events)
-        async with running(informer):
-            events.clear()
-            await server.stop()
-            await settle(lambda: isinstance(informer.last_error, Unreachable), "unreachable")
-            assert not informer.up
-            add_node(server, "n2")  # the store outlives the process, as etcd would
+    async with watching_nodes(cluster, metrics) as (informer, events):
+        await server.stop()
+        await settle(lambda: isinstance(informer.last_error, Unreachable), "unreachable")
+        assert not informer.up
+        add_node(server, "n2")  # the store outlives the process, as etcd would
 
-            async with APIServer(port=server.port, token=server.token, store=server.store):
-                await settle(lambda: informer.up, "up after the restart")
-                add_node(server, "n3")
-                await settle(lambda: len(events.events) == 2, "n2 and n3")
+        async with APIServer(port=server.port, token=server.token, store=server.store):
+            await settle(lambda: informer.up, "up after the restart")
+            add_node(server, "n3")
+            await settle(lambda: len(events.events) == 2, "n2 and n3")
     assert events.names() == [("ADDED", "n2"), ("ADDED", "n3")]
     assert sample(registry, ERRORS, resource="nodes", verb="watch", code="unreachable") >= 1
     assert sample(registry, RELISTS, resource="nodes") == 0

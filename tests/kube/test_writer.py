@@ -50,11 +50,11 @@ async def test_get_node_and_list_pods_on_node(
     pod(cluster, "here", node)
     pod(cluster, "there", cluster.unique("other-node"))
     writer = KubeWriter(controller_api)
-    info = await writer.get_node(node)
+    info = await writer.reads.get_node(node)
     assert info is not None
     assert (info.name, info.unschedulable) == (node, True)
-    assert await writer.get_node(cluster.unique("missing")) is None
-    pods = await writer.list_pods_on_node(node)
+    assert await writer.reads.get_node(cluster.unique("missing")) is None
+    pods = await writer.reads.list_pods_on_node(node)
     assert [(p.name, p.phase, p.ready) for p in pods] == [("here", "Running", True)]
     await cluster.expect(lambda: calls(cluster, "nodes", node), [GET])
 
@@ -276,7 +276,7 @@ async def test_dry_run_reads_but_writes_nothing(
     ]
     assert all(r.changed and r.dry_run for r in results), results
     assert all(r.detail.startswith("dry run: would ") for r in results)
-    eviction = await writer.evict(cluster.namespace, "web", created["metadata"]["uid"])
+    eviction = await writer.evictions.evict(cluster.namespace, "web", created["metadata"]["uid"])
     assert (eviction.outcome, eviction.attempts, eviction.dry_run) == ("evicted", 0, True)
     # Each write but the event read the live object; nothing was sent that writes, and
     # nothing changed.

@@ -71,11 +71,11 @@ async def test_eviction_uses_the_version_from_discovery_and_is_idempotent(
     uid = pod(cluster, "web", node)["metadata"]["uid"]
     async with Recording(await cluster.configuration()) as api:
         writer = KubeWriter(api)
-        result = await writer.evict(namespace, "web", uid)
+        result = await writer.evictions.evict(namespace, "web", uid)
         assert (result.outcome, result.attempts) == ("evicted", 1), result
         # No kubelet confirms the deletion: the pod stays Terminating, which counts as evicted.
         assert terminating(cluster, "web")
-        again = await writer.evict(namespace, "web", uid)
+        again = await writer.evictions.evict(namespace, "web", uid)
         assert (again.outcome, again.attempts) == ("evicted", 0), again
         assert "terminating" in again.detail
         version = await writer.evictions.eviction_api_version()
@@ -112,9 +112,9 @@ async def test_evict_a_missing_or_replaced_pod_is_gone(
 ) -> None:
     pod(cluster, "web", node)
     writer = KubeWriter(controller_api)
-    missing = await writer.evict(cluster.namespace, "nothing-here")
+    missing = await writer.evictions.evict(cluster.namespace, "nothing-here")
     assert (missing.outcome, missing.attempts) == ("gone", 0)
-    replaced = await writer.evict(cluster.namespace, "web", "uid-of-the-old-pod")
+    replaced = await writer.evictions.evict(cluster.namespace, "web", "uid-of-the-old-pod")
     assert (replaced.outcome, replaced.attempts) == ("gone", 0)
     assert not terminating(cluster, "web")
     await cluster.expect(lambda: reads_of(cluster, "web"), ["get"])
@@ -131,7 +131,7 @@ async def test_evict_carries_the_uid_when_the_pod_is_replaced_mid_way(
         pod(cluster, "web", node)
 
     async with await after_read(cluster, replace_pod) as racing:
-        result = await KubeWriter(racing).evict(cluster.namespace, "web")
+        result = await KubeWriter(racing).evictions.evict(cluster.namespace, "web")
     assert (result.outcome, result.attempts) == ("gone", 1)
     await cluster.expect(lambda: evictions(cluster, "web"), [409])
     assert not terminating(cluster, "web")
@@ -161,7 +161,7 @@ async def test_evict_skips_daemonset_and_mirror_pods(
     cluster: Cluster, controller_api: KubeAPI, node: str, meta: dict[str, Any]
 ) -> None:
     pod(cluster, "special", node, **meta)
-    result = await KubeWriter(controller_api).evict(cluster.namespace, "special")
+    result = await KubeWriter(controller_api).evictions.evict(cluster.namespace, "special")
     assert (result.outcome, result.attempts) == ("skipped", 0)
     await cluster.expect(lambda: reads_of(cluster, "special"), ["get"])
 
@@ -173,7 +173,7 @@ async def test_evict_blocked_by_a_budget_is_retried_then_reported_blocked(
     budget(cluster, "db", 1, **DB)
     clock = FakeClock()
     writer = backoff_writer(controller_api, clock)
-    result = await writer.evict(cluster.namespace, "db-0", timeout=20.0)
+    result = await writer.evictions.evict(cluster.namespace, "db-0", timeout=20.0)
     assert result.outcome == "blocked"
     assert "PodDisruptionBudget" in result.detail
     assert result.attempts >= 4  # backoff 1, 2, 4, 4 ... s with jitter over 20 s
@@ -197,7 +197,7 @@ async def test_evict_succeeds_once_the_budget_allows_it(
             update_budget(cluster, "db")
 
     clock.on_sleep = second_replica_ready
-    result = await backoff_writer(controller_api, clock).evict(
+    result = await backoff_writer(controller_api, clock).evictions.evict(
         cluster.namespace, "db-0", timeout=60.0
     )
     assert (result.outcome, result.attempts) == ("evicted", 3)
@@ -218,7 +218,9 @@ async def test_evict_throttled_until_the_timeout_raises(
     cluster.fake.faults.fail_next(1000, 429, path_prefix=f"{pod_path(cluster, 'web')}/eviction")
     clock = FakeClock()
     with pytest.raises(TooManyRequests):
-        await backoff_writer(controller_api, clock).evict(cluster.namespace, "web", timeout=5.0)
+        await backoff_writer(controller_api, clock).evictions.evict(
+            cluster.namespace, "web", timeout=5.0
+        )
     assert clock.now == pytest.approx(5.0)
 
 
@@ -237,7 +239,7 @@ async def test_eviction_retries_spend_the_budget_too(
         clock=clock,
         sleep=clock.sleep,
     )
-    result = await writer.evict(cluster.namespace, "db-0", timeout=10.0)
+    result = await writer.evictions.evict(cluster.namespace, "db-0", timeout=10.0)
     assert result.outcome == "blocked"
     # Backoff alone would retry every 0.05-0.1 s; the budget allows one write per second.
     assert limiter.waited_seconds > 0

@@ -34,7 +34,7 @@ class StepContext:
     async def node(self, rollback: NodeRollback) -> NodeInfo | None:
         """The rollback's Node, read live (None: gone); a failed read raises StepError."""
         try:
-            return await self.writer.get_node(rollback.spec.node)
+            return await self.writer.reads.get_node(rollback.spec.node)
         except KubeError as exc:
             raise StepError(exc, node_ref(rollback)) from exc
 

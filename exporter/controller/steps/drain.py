@@ -50,13 +50,15 @@ def _eviction_wait(
 async def drain(
     ctx: StepContext, rollback: NodeRollback, index: int, node: NodeInfo
 ) -> StepResult | Wait:
-    pods = await ctx.writer.list_pods_on_node(node.name)
+    pods = await ctx.writer.reads.list_pods_on_node(node.name)
     policy = ctx.settings.policy.drain
     skipped = Counter(r for p in pods if (r := disposition(p, policy)) is not None)
     targets = [p for p in pods if disposition(p, policy) is None]
     results: list[EvictionResult] = []
     for pod in targets:
-        results.append(await ctx.writer.evict(pod.namespace, pod.name, pod.uid, timeout=0))
+        results.append(
+            await ctx.writer.evictions.evict(pod.namespace, pod.name, pod.uid, timeout=0)
+        )
     blocked = [
         f"{p.namespace}/{p.name}"
         for p, r in zip(targets, results, strict=True)
@@ -79,7 +81,7 @@ async def evict_pod(ctx: StepContext, rollback: NodeRollback, index: int) -> Ste
     assert target is not None
     ref = ObjectRef("Pod", target.namespace, target.name, target.uid)
     try:
-        pods = await ctx.writer.list_pods_on_node(rollback.spec.node)
+        pods = await ctx.writer.reads.list_pods_on_node(rollback.spec.node)
         pod = next(
             (p for p in pods if (p.namespace, p.name) == (target.namespace, target.name)),
             None,
@@ -90,7 +92,9 @@ async def evict_pod(ctx: StepContext, rollback: NodeRollback, index: int) -> Ste
                 f"pod {target.namespace}/{target.name} is no longer on node {rollback.spec.node}",
             )
         ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
-        result = await ctx.writer.evict(pod.namespace, pod.name, target.uid or pod.uid, timeout=0)
+        result = await ctx.writer.evictions.evict(
+            pod.namespace, pod.name, target.uid or pod.uid, timeout=0
+        )
     except KubeError as exc:
         raise StepError(exc, ref) from exc  # the Event goes on the pod, with its uid
     if result.outcome == "blocked":
@@ -107,7 +111,7 @@ async def pod_ref(ctx: StepContext, rollback: NodeRollback, target: PodTarget) -
     uid = target.uid
     if not uid:
         try:
-            pods = await ctx.writer.list_pods_on_node(rollback.spec.node)
+            pods = await ctx.writer.reads.list_pods_on_node(rollback.spec.node)
         except KubeError:
             pods = []
         uid = next(

@@ -95,6 +95,14 @@ def test_fresh_state_and_short_socket_per_instance(containerd: LocalContainerd) 
     assert containerd.pid is not None  # the first instance is untouched
 
 
+async def sleeping_pod(instance: LocalContainerd, name: str, uid: str) -> None:
+    """A pod of one container that sleeps, running on ``instance``."""
+    pod = await run_pod(
+        instance.endpoint, name, "demo", uid, [ContainerSpec("app", ["/bin/sleep", "inf"])]
+    )
+    await wait_for_state(instance.endpoint, pod.container_ids["app"], ContainerState.RUNNING)
+
+
 # On every release: what a release leaves (its shims, mounts, cgroups) is its own.
 @pytest.mark.containerd
 @pytest.mark.containerd_releases
@@ -104,14 +112,7 @@ async def test_cleanup_removes_pods_processes_mounts_and_cgroups(
     instance = LocalContainerd(bin_dir=containerd_release.bin_dir)
     instance.start()
     try:
-        pod = await run_pod(
-            instance.endpoint,
-            "busy",
-            "demo",
-            "uid-cleanup",
-            [ContainerSpec("app", ["/bin/sleep", "inf"])],
-        )
-        await wait_for_state(instance.endpoint, pod.container_ids["app"], ContainerState.RUNNING)
+        await sleeping_pod(instance, "busy", "uid-cleanup")
         before = instance.leftovers()
         kinds = {item.split()[0] for item in before}
         # leftovers() sees everything an instance with a running pod has made.
@@ -133,14 +134,7 @@ async def test_cleanup_after_containerd_was_killed_kills_orphaned_shims(
     instance = LocalContainerd(bin_dir=containerd_release.bin_dir)
     instance.start()
     try:
-        pod = await run_pod(
-            instance.endpoint,
-            "orphan",
-            "demo",
-            "uid-orphan",
-            [ContainerSpec("app", ["/bin/sleep", "inf"])],
-        )
-        await wait_for_state(instance.endpoint, pod.container_ids["app"], ContainerState.RUNNING)
+        await sleeping_pod(instance, "orphan", "uid-orphan")
         pid = instance.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)  # no graceful shutdown: shims and containers stay

@@ -366,7 +366,7 @@ async def test_an_eviction_is_confirmed_by_the_kubelet_and_a_cordon_changes_noth
         uid = pod["metadata"]["uid"]
         api = KubeAPI(env.server.aio_configuration())
         try:
-            result = await KubeWriter(api).evict("default", "app-w-000-0", uid, timeout=5)
+            result = await KubeWriter(api).evictions.evict("default", "app-w-000-0", uid, timeout=5)
         finally:
             await api.close()
         assert result.outcome == "evicted"

@@ -190,10 +190,10 @@ async def test_a_pdb_refuses_evictions_until_it_is_relaxed() -> None:
         )
         async with KubeAPI(env.server.aio_configuration()) as api:
             writer = KubeWriter(api, eviction_backoff_initial=0.1, eviction_backoff_max=0.2)
-            blocked = await writer.evict("default", "app-w-000-0", timeout=1.0)
+            blocked = await writer.evictions.evict("default", "app-w-000-0", timeout=1.0)
             assert blocked.outcome == "blocked"
             assert env.pod("app-w-000-0")["metadata"].get("deletionTimestamp") is None
-            evicted = await writer.evict("default", "app-w-000-0", timeout=20.0)
+            evicted = await writer.evictions.evict("default", "app-w-000-0", timeout=20.0)
             assert evicted.outcome == "evicted"
         relaxed = env.sim.timeline.first("keep-all", "pdb_relaxed")
         assert relaxed is not None
