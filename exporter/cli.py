@@ -1,5 +1,12 @@
 """Command line: ``nodesync agent``, ``controller``, ``plan``, and the commands other packages
-register (exporter.commandline): parse, build settings, hand over."""
+register (exporter.commandline): parse, build settings, hand over.
+
+A command line that names one of these three commands first builds the parser of that command
+alone: the agent, on every node, then imports neither the controller's settings (and the
+models their defaults come from) nor the installed packages' entry points
+(docs/performance.md, "Agent: the API view"). Any other command line, ``--help`` included,
+builds every command.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,12 @@ import asyncio
 import functools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import disable_created_metrics
 
 from exporter import __version__
-from exporter.agent.settings import AgentSettings
 from exporter.commandline import (
     ArgumentParser,
     CommandSet,
@@ -23,19 +30,16 @@ from exporter.commandline import (
     deprecations,
     registered_commands,
 )
-from exporter.controller.settings import (
-    ControllerSettings,
-    ExecutorSettings,
-    PlanSettings,
-    WebhookSettings,
-)
 from exporter.logs import setup_logging
 from exporter.settings.declare import build, log_fields
 
 log = logging.getLogger("nodesync")
 
 
-def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+def get_parser(
+    environ: Mapping[str, str] | None = None, *, command: str | None = None
+) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``command`` alone when it is one of the product's."""
     environ = os.environ if environ is None else environ
     parser = ArgumentParser(
         prog="nodesync",
@@ -48,6 +52,19 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
     commands: CommandSet = parser.add_subparsers(  # type: ignore[assignment]
         dest="command", required=True, metavar="COMMAND"
     )
+    if command in OWN_COMMANDS:
+        OWN_COMMANDS[command](commands, environ)
+        return parser
+    for add in OWN_COMMANDS.values():
+        add(commands, environ)
+    for register in registered_commands():  # e.g. the simulator's demo and sim commands
+        register(commands, environ)
+    return parser
+
+
+def _add_agent(commands: CommandSet, environ: Mapping[str, str]) -> None:
+    from exporter.agent.settings import AgentSettings
+
     add_command(
         commands,
         "agent",
@@ -59,6 +76,11 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
         "over CRI, kubelet's healthz and pod directories, and the host, every --sync.period, and "
         "serves the last snapshot on /metrics.",
     )
+
+
+def _add_controller(commands: CommandSet, environ: Mapping[str, str]) -> None:
+    from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
+
     add_command(
         commands,
         "controller",
@@ -69,6 +91,11 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
         description="Watches all Nodes and the Leases in kube-node-lease and serves node "
         "conditions, lease renewals, scale-out waves and roles on /metrics.",
     )
+
+
+def _add_plan(commands: CommandSet, environ: Mapping[str, str]) -> None:
+    from exporter.controller.settings import PlanSettings
+
     add_command(
         commands,
         "plan",
@@ -79,13 +106,19 @@ def get_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentPar
         description="Reads a webhook payload (file or - for stdin) and the live cluster, and "
         "prints the plan or refusal per alert and the budget it would use. Writes nothing.",
     )
-    for register in registered_commands():  # e.g. the simulator's demo and sim commands
-        register(commands, environ)
-    return parser
+
+
+#: The product's commands, in the order ``--help`` lists them, each added by its function.
+OWN_COMMANDS: dict[str, Callable[[CommandSet, Mapping[str, str]], None]] = {
+    "agent": _add_agent,
+    "controller": _add_controller,
+    "plan": _add_plan,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = get_parser(os.environ).parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = get_parser(os.environ, command=argv[0] if argv else None).parse_args(argv)
     setup_logging(args.log_format, args.log_level)
     for notice in deprecations(args):
         log.warning(notice)
@@ -99,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_plan(args: argparse.Namespace) -> int:
     from exporter.controller import plan_command
+    from exporter.controller.settings import PlanSettings
 
     return asyncio.run(plan_command.run(build(PlanSettings, args)))
 
@@ -111,6 +145,7 @@ def _cannot_start(role: str, error: str) -> int:
 
 def _run_agent(args: argparse.Namespace) -> int:
     from exporter.agent.app import make_app
+    from exporter.agent.settings import AgentSettings
     from exporter.serve import ListenError, serve
 
     settings = build(AgentSettings, args)
@@ -131,6 +166,7 @@ def _run_agent(args: argparse.Namespace) -> int:
 def _run_controller(args: argparse.Namespace, *, environ: Mapping[str, str]) -> int:
     from exporter.controller.app import make_app
     from exporter.controller.journal import JournalError
+    from exporter.controller.settings import ControllerSettings, ExecutorSettings, WebhookSettings
     from exporter.controller.webhook import WebhookConfigError, tls_context
     from exporter.controller.wiring import rollback_extensions
     from exporter.kube.config import ConfigError

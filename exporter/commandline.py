@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from importlib.metadata import entry_points
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
 from exporter import __version__
@@ -250,6 +249,8 @@ def add_command(
 
 def registered_commands() -> list[Register]:
     """The ``register`` functions of the installed packages' commands, by entry point name."""
+    from importlib.metadata import entry_points  # only when every command is built
+
     found = sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name)
     return [e.load() for e in found]
 

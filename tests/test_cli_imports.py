@@ -1,6 +1,7 @@
 """What the agent imports: no ``kubernetes`` client package (~18 MiB, a quarter of the agent's
-memory, docs/performance.md), neither to build the CLI nor with the API server's view. Each
-check runs in a fresh interpreter and reads ``sys.modules``."""
+memory, docs/performance.md), neither to build the CLI nor with the API server's view; and
+nothing of the controller's or the simulator's, nor what only a rare path needs. Each check runs
+in a fresh interpreter and reads ``sys.modules``."""
 
 from __future__ import annotations
 
@@ -29,6 +30,55 @@ def test_the_parser_and_the_agent_app_do_not_import_the_kubernetes_client() -> N
         "exporter.cli.get_parser({})\n" + KUBERNETES_MODULES
     )
     assert _run(code) == "[]"
+
+
+#: What ``nodesync agent`` never imports on its way to serving, API view included: each was
+#: measured at 0.4-2 MiB of the agent's resident memory (docs/performance.md).
+NOT_THE_AGENTS = (
+    "kubernetes",
+    "exporter.controller",  # the controller's settings and the models of their defaults
+    "exporter.model.guards",
+    "exporter.metrics.nodes",
+    "nodesync_sim",  # the commands other packages register
+    "importlib.metadata",  # how they are found
+)
+
+#: ``nodesync agent``'s own command line built (the way ``main`` builds it), then what it runs
+#: imported: the app, the server, the API side.
+AGENT_IMPORTS = """
+import contextlib, io, sys
+import exporter.cli
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    exporter.cli.main(["agent", "--help"])
+import exporter.agent.app, exporter.agent.api_connection, exporter.serve
+"""
+
+
+def _loaded(prefixes: tuple[str, ...]) -> str:
+    """Code printing the loaded modules that are, or are under, one of ``prefixes``."""
+    return (
+        f"prefixes = {prefixes!r}\n"
+        "print(sorted(m for m in sys.modules if any(m == p or m.startswith(p + '.') "
+        "for p in prefixes)))\n"
+    )
+
+
+def test_the_agents_command_line_and_app_import_nothing_of_the_other_roles() -> None:
+    assert _run(AGENT_IMPORTS + _loaded(NOT_THE_AGENTS)) == "[]"
+
+
+def test_every_command_is_still_built_for_the_general_help() -> None:
+    """Any command line but one naming the product's command builds every command, the
+    registered ones too (their entry points are read then)."""
+    code = (
+        "import contextlib, io, sys\n"
+        "import exporter.cli\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+        "    exporter.cli.main(['--help'])\n"
+        "print(all(c in out.getvalue() for c in ('agent', 'controller', 'plan', 'sim')))\n"
+    )
+    assert _run(code) == "True"
 
 
 def _closed_port() -> int:
