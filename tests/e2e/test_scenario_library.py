@@ -12,7 +12,7 @@ from tests.e2e.chainrun import scenario
 
 pytestmark = [pytest.mark.prometheus]
 
-#: Quick ones (40 to 50 s each after the chain started) that stage what only the simulator's
+#: Quick ones (30 to 40 s each after the chain started) that stage what only the simulator's
 #: newer parts can: a control-plane blip's pause, a frozen simulated runtime rolled back to the
 #: delete, a PodDisruptionBudget that blocks a drain until it is relaxed (it must have refused
 #: at least once), a controller restarted mid-rollback (it must have been), and a wave whose
