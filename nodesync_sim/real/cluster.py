@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodesync_sim.real.control_plane import Binaries, ControlPlane, ControlPlaneTimers
+from nodesync_sim.real.network import ClusterNetwork, node_addresses
 from nodesync_sim.real.node import NodeSpec, RealNode
 
 READY_TIMEOUT = 90.0
@@ -44,6 +45,8 @@ class RealCluster:
         self.nodes: dict[str, RealNode] = {}
         self._removed: list[RealNode] = []
         self._next_address = 2
+        self.network: ClusterNetwork | None = None
+        """The cluster's own network, made when the first node asks for it."""
 
     @property
     def api(self) -> Any:
@@ -63,10 +66,13 @@ class RealCluster:
         runtime_request_timeout: str = "2m",
         containerd_bin_dir: str | None = None,
         wait_ready: bool = True,
+        network: bool = False,
     ) -> RealNode:
         """A fresh node joins; waits until its Node is Ready (unless ``wait_ready`` is False).
         ``containerd_bin_dir``: the node's containerd release (:attr:`NodeSpec.containerd_bin_dir`),
-        the machine's when None."""
+        the machine's when None. With ``network`` it has a network namespace of its own on the
+        cluster's network and its pods get addresses (nodesync_sim.real.network); else it shares
+        the machine's network, where only host-network pods run."""
         if self._next_address > 254:
             raise RuntimeError("no loopback address left for a node")
         name = f"127.0.0.{self._next_address}"
@@ -76,7 +82,11 @@ class RealCluster:
             labels=dict(labels or {}),
             runtime_request_timeout=runtime_request_timeout,
             containerd_bin_dir=containerd_bin_dir,
+            addresses=node_addresses(self._next_address - 2) if network else None,
         )
+        if network and self.network is None:
+            self.network = ClusterNetwork(self.plane.dir / "network")
+            self.network.start()
         node = RealNode(
             spec,
             kubelet=self.binaries.kubelet,
@@ -84,6 +94,8 @@ class RealCluster:
             server_ca=self.api.ca_file,
             client_ca=self.plane.ca,
             base_dir=self.plane.dir / "nodes",
+            network=self.network if network else None,
+            kube_proxy=self.binaries.kube_proxy if network else None,
         )
         self.nodes[name] = node
         node.start()
@@ -139,6 +151,8 @@ class RealCluster:
     def cleanup(self) -> None:
         for node in list(self.nodes.values()):
             node.cleanup()
+        if self.network is not None:
+            self.network.stop()
         self.plane.cleanup()
 
     def leftovers(self) -> list[str]:

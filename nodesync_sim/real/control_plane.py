@@ -45,6 +45,7 @@ class Binaries:
     controller_manager: str
     scheduler: str
     kubelet: str
+    kube_proxy: str
 
     @classmethod
     def in_directory(cls, directory: Path) -> Binaries:
@@ -53,6 +54,7 @@ class Binaries:
             controller_manager=str(directory / "kube-controller-manager"),
             scheduler=str(directory / "kube-scheduler"),
             kubelet=str(directory / "kubelet"),
+            kube_proxy=str(directory / "kube-proxy"),
         )
         missing = [p for p in vars(found).values() if not Path(p).is_file()]
         if missing:

@@ -52,8 +52,10 @@ def _mnt_ns(pid: int) -> str | None:
 class MountNamespace:
     """The namespace of one node; its files live in ``directory``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, network: bool = False) -> None:
         self.directory = directory
+        self.network = network
+        """Whether the namespace has a network namespace of its own too (``unshare --net``)."""
         self._holder: ChildProcess | None = None
         self._ns: str | None = None
         self._fd: int | None = None
@@ -75,14 +77,23 @@ class MountNamespace:
         """A path of the namespace as the machine reaches it (through the holder's root)."""
         return f"/proc/{self.pid}/root{inside}"
 
+    @property
+    def netns(self) -> str:
+        """The network namespace of the node's processes (the machine's, unless ``network``)."""
+        return f"/proc/{self.pid}/ns/net" if self.network else "/proc/self/ns/net"
+
     def command(self) -> list[str]:
         """The argv prefix that runs a program in the namespace."""
-        return ["nsenter", f"--mount=/proc/{self.pid}/ns/mnt", "--"]
+        network = [f"--net=/proc/{self.pid}/ns/net"] if self.network else []
+        return ["nsenter", f"--mount=/proc/{self.pid}/ns/mnt", *network, "--"]
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        unshare = ["unshare", "--mount", "--propagation", "private"]
+        if self.network:
+            unshare.append("--net")
         holder = ChildProcess(
-            ["unshare", "--mount", "--propagation", "private", "sleep", "infinity"],
+            [*unshare, "sleep", "infinity"],
             log_path=self.directory / "namespace.log",
             name="namespace",
         )

@@ -32,23 +32,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodesync_sim.real.containerd import (
-    IMAGE_REF,
-    ContainerdLayout,
-    LocalContainerd,
-    _all_threads_stopped,
-    _pid_alive,
-    config_toml,
-)
+from nodesync_sim.real.containerd import IMAGE_REF, _all_threads_stopped, _pid_alive
+from nodesync_sim.real.forward import start_relay
 from nodesync_sim.real.namespace import MountNamespace
-from nodesync_sim.real.pki import ClientCA
+from nodesync_sim.real.network import ClusterNetwork, NodeAddresses, bridge_cni, kube_proxy_argv
+from nodesync_sim.real.node_containerd import (
+    CONTAINERD_SOCKET,
+    LOOPBACK_CNI,
+    NodeContainerd,
+)
+from nodesync_sim.real.pki import ClientCA, write_kubeconfig
 from nodesync_sim.real.process import ChildProcess, free_port
 
-CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
-CONTAINERD_ROOT = "/var/lib/containerd"
 KUBELET_ROOT = "/var/lib/kubelet"
-CNI_BIN_DIR = "/usr/lib/cni"
-LOOPBACK_CNI = {"cniVersion": "0.4.0", "name": "lo", "plugins": [{"type": "loopback"}]}
+KUBELET_PORT = 10250
+KUBELET_HEALTHZ_PORT = 10248
 
 _CGROUP_FS = Path("/sys/fs/cgroup")
 _UNIFIED = "unified"
@@ -73,65 +71,11 @@ class NodeSpec:
     """Where the node's containerd, its shim and ctr come from (a release unpacked by
     scripts/setup-containerd); None: the machine's. kubelet 1.20 speaks CRI v1alpha2 only, which
     containerd 1.6 and 1.7 serve and 2.x no longer does."""
-
-
-class NodeContainerd(LocalContainerd):
-    """A :class:`LocalContainerd` inside a node's namespace, at the paths a real node uses."""
-
-    def __init__(
-        self,
-        namespace: MountNamespace,
-        cgroup_root: str,
-        base_dir: Path,
-        bin_dir: str | None = None,
-    ) -> None:
-        super().__init__(IMAGE_REF, str(base_dir), bin_dir)
-        self.namespace = namespace
-        self._cgroup_root = cgroup_root
-
-    @property
-    def socket_path(self) -> str:
-        """The socket as the machine reaches it (through the namespace's root)."""
-        return self.namespace.path(CONTAINERD_SOCKET)
-
-    @property
-    def cgroup_root(self) -> str:
-        return self._cgroup_root
-
-    @property
-    def cni_conf_dir(self) -> Path:
-        return self.directory / "net.d"
-
-    def _config(self) -> str:
-        self.cni_conf_dir.mkdir(exist_ok=True)
-        (self.cni_conf_dir / "10-loopback.conflist").write_text(json.dumps(LOOPBACK_CNI))
-        layout = ContainerdLayout(
-            root=CONTAINERD_ROOT,
-            state="/run/containerd",
-            socket=CONTAINERD_SOCKET,
-            ttrpc_socket=CONTAINERD_SOCKET + ".ttrpc",
-            opt=f"{CONTAINERD_ROOT}/opt",
-            cni_bin_dir=CNI_BIN_DIR,
-            cni_conf_dir=str(self.cni_conf_dir),
-            # pod network namespaces in the tmpfs, not in the machine's /var/run/netns
-            cri_options=("netns_mounts_under_state_dir = true",),
-        )
-        return config_toml(layout, IMAGE_REF)
-
-    def _command(self) -> list[str]:
-        return [*self.namespace.command(), *super()._command()]
-
-    def _remember_shim_sockets(self) -> None:
-        """Shim sockets are in the namespace's tmpfs: they go with it."""
-
-    def _own_shim_pids(self) -> list[int]:
-        """The shims in this node's namespace (every node's shims name the same socket)."""
-        found = []
-        for pid in self.namespace.processes():
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{pid}/comm").read_text().startswith("containerd-shim"):
-                    found.append(pid)
-        return found
+    addresses: NodeAddresses | None = None
+    """Set: the node has a network namespace of its own on the cluster's network
+    (nodesync_sim.real.network), its pods get addresses from the bridge CNI plugin, kubelet
+    serves on the standard ports there, and relays make the API server reachable inside at the
+    same URL and kubelet reachable outside at the node's name."""
 
 
 def _v1_hierarchies() -> list[Path]:
@@ -150,23 +94,31 @@ class RealNode:
         server_ca: Path,
         client_ca: ClientCA,
         base_dir: Path,
+        network: ClusterNetwork | None = None,
+        kube_proxy: str | None = None,
     ) -> None:
+        if (spec.addresses is None) != (network is None):
+            raise NodeError("a node has addresses exactly when it is on a cluster network")
         self.spec = spec
         self.name = spec.name
         self.kubelet_binary = kubelet
+        self.kube_proxy_binary = kube_proxy
         self.server_url = server_url
         self.server_ca = server_ca
         self.client_ca = client_ca
         self.directory = base_dir / f"node-{spec.name}"
         self.cgroup_root = f"/nodesync-node-{secrets.token_hex(4)}"
-        self.namespace = MountNamespace(self.directory / "ns")
+        self.network = network
+        self.namespace = MountNamespace(self.directory / "ns", network=network is not None)
+        cni = bridge_cni(spec.addresses) if spec.addresses is not None else LOOPBACK_CNI
         self.containerd = NodeContainerd(
-            self.namespace, self.cgroup_root, self.directory, spec.containerd_bin_dir
+            self.namespace, self.cgroup_root, self.directory, spec.containerd_bin_dir, cni
         )
         self.kubelet: ChildProcess | None = None
         self.kubelet_port = 0
         self.healthz_port = 0
         self._processes: list[ChildProcess] = []
+        self._relays: list[ChildProcess] = []
 
     # -- paths, as the machine sees them
 
@@ -180,7 +132,9 @@ class RealNode:
 
     @property
     def healthz_url(self) -> str:
-        return f"http://{self.name}:{self.healthz_port}/healthz"
+        """kubelet's healthz as a process of the node reaches it."""
+        host = "127.0.0.1" if self.spec.addresses is not None else self.name
+        return f"http://{host}:{self.healthz_port}/healthz"
 
     @property
     def cri_endpoint(self) -> str:
@@ -195,9 +149,12 @@ class RealNode:
         try:
             self.directory.mkdir(parents=True)
             self._make_namespace()
+            self._join_network()
             self._make_cgroups()
             self.containerd.start()
             self.start_kubelet()
+            if self.spec.addresses is not None:
+                self.start_kube_proxy()
         except BaseException:
             self.cleanup()
             raise
@@ -217,6 +174,29 @@ class RealNode:
                 ns.run("mkdir", "-p", f"{parent}/{child}")
                 ns.bind(source, f"{parent}/{child}")
 
+    def _join_network(self) -> None:
+        """On a cluster network: the veth and routes, then the relay that carries the API
+        server's port into the node and kubelet's out to the node's name."""
+        if self.network is None or self.spec.addresses is None:
+            return
+        self.network.attach(self.namespace.pid, self.spec.addresses)
+        api_port = int(self.server_url.rsplit(":", 1)[1])
+        self.kubelet_port, self.healthz_port = KUBELET_PORT, KUBELET_HEALTHZ_PORT
+        self.expose(self.kubelet_port)
+        self.relay(
+            f"{self.namespace.netns},127.0.0.1:{api_port}=/proc/self/ns/net,127.0.0.1:{api_port}"
+        )
+
+    def expose(self, port: int) -> None:
+        """A port the node listens on, reachable from the machine at ``<name>:<port>``."""
+        self.relay(f"/proc/self/ns/net,{self.name}:{port}={self.namespace.netns},127.0.0.1:{port}")
+
+    def relay(self, *relays: str) -> None:
+        """Start a relay between the node's network and the machine's (forward.py's format);
+        it is stopped by :meth:`cleanup`."""
+        log = self.directory / f"relay-{len(self._relays)}.log"
+        self._relays.append(start_relay(relays, log, name=f"relay@{self.name}"))
+
     def _make_cgroups(self) -> None:
         relative = self.cgroup_root.lstrip("/")
         for hierarchy in _v1_hierarchies():
@@ -229,49 +209,23 @@ class RealNode:
     def _write_kubelet_files(self) -> tuple[Path, Path]:
         files = self.directory / "kubelet-files"
         files.mkdir(exist_ok=True)
-        cert, key = self.client_ca.issue(
-            f"kubelet-{self.name}", f"system:node:{self.name}", "system:nodes"
+        kubeconfig = self._kubeconfig(
+            files / "kubeconfig", f"kubelet-{self.name}", f"system:node:{self.name}", "system:nodes"
         )
-        kubeconfig = files / "kubeconfig"
-        kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": "cluster",
-                            "cluster": {
-                                "server": self.server_url,
-                                "certificate-authority": str(self.server_ca),
-                            },
-                        }
-                    ],
-                    "users": [
-                        {
-                            "name": "kubelet",
-                            "user": {"client-certificate": str(cert), "client-key": str(key)},
-                        }
-                    ],
-                    "contexts": [
-                        {"name": "kubelet", "context": {"cluster": "cluster", "user": "kubelet"}}
-                    ],
-                    "current-context": "kubelet",
-                }
-            )
-        )
-        self.kubelet_port = free_port(self.name)
-        self.healthz_port = free_port(self.name)
+        on_network = self.spec.addresses is not None
+        if not on_network:
+            self.kubelet_port = free_port(self.name)
+            self.healthz_port = free_port(self.name)
         config = files / "config.json"
         config.write_text(
             json.dumps(
                 {
                     "apiVersion": "kubelet.config.k8s.io/v1beta1",
                     "kind": "KubeletConfiguration",
-                    "address": self.name,
+                    "address": "0.0.0.0" if on_network else self.name,
                     "port": self.kubelet_port,
                     "readOnlyPort": 0,
-                    "healthzBindAddress": self.name,
+                    "healthzBindAddress": "127.0.0.1" if on_network else self.name,
                     "healthzPort": self.healthz_port,
                     "authentication": {
                         "anonymous": {"enabled": False},
@@ -291,6 +245,21 @@ class RealNode:
         )
         return kubeconfig, config
 
+    def _kubeconfig(self, path: Path, file_name: str, user: str, *groups: str) -> Path:
+        cert, key = self.client_ca.issue(file_name, user, *groups)
+        return write_kubeconfig(path, self.server_url, self.server_ca, cert, key)
+
+    def start_kube_proxy(self) -> None:
+        """kube-proxy on the node's own network: Services' addresses work there as on a real
+        node (see :func:`kube_proxy_argv` for what it may write)."""
+        if self.kube_proxy_binary is None or self.spec.addresses is None:
+            raise NodeError(f"{self.name} has no network of its own or no kube-proxy binary")
+        files = self.directory / "kubelet-files"
+        kubeconfig = self._kubeconfig(
+            files / "kube-proxy.kubeconfig", f"kube-proxy-{self.name}", "system:kube-proxy"
+        )
+        self.spawn("kube-proxy", kube_proxy_argv(self.kube_proxy_binary, kubeconfig, self.name))
+
     def start_kubelet(self) -> None:
         """Start kubelet (again: a restart keeps its files and its certificate)."""
         if self.kubelet is not None and self.kubelet.running:
@@ -309,6 +278,8 @@ class RealNode:
             f"--hostname-override={self.name}",
             f"--pod-infra-container-image={IMAGE_REF}",
         ]
+        if self.spec.addresses is not None:
+            argv.append(f"--node-ip={self.spec.addresses.address}")
         if self.spec.labels:
             labels = ",".join(f"{k}={v}" for k, v in sorted(self.spec.labels.items()))
             argv.append(f"--node-labels={labels}")
@@ -359,6 +330,10 @@ class RealNode:
         for proc in reversed(self._processes):
             proc.signal(signal.SIGCONT)
             proc.stop(_STOP_TIMEOUT)
+        for proc in self._relays:
+            proc.stop(_STOP_TIMEOUT)
+        if self.network is not None and self.spec.addresses is not None:
+            self.network.detach(self.spec.addresses)
         with contextlib.suppress(FileNotFoundError):
             self.containerd.cleanup()
         self.namespace.stop()
@@ -386,7 +361,7 @@ class RealNode:
                 cgroup.rmdir()
 
     def leftovers(self) -> list[str]:
-        found = [f"{p.name} pid {p.pid}" for p in self._processes if p.running]
+        found = [f"{p.name} pid {p.pid}" for p in [*self._processes, *self._relays] if p.running]
         found += [f"process {pid} in the namespace" for pid in self.namespace.processes()]
         found += self.containerd.leftovers()
         found += [f"cgroup {path}" for path in self._cgroup_dirs()]

@@ -6,6 +6,7 @@ The API server trusts it (``--client-ca-file``); kubelets join with certificates
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -60,3 +61,24 @@ class ClientCA:
         csr.unlink()
         ext.unlink()
         return cert, key
+
+
+def write_kubeconfig(path: Path, server: str, server_ca: Path, cert: Path, key: Path) -> Path:
+    """A kubeconfig at ``path`` for ``server``, authenticating with a client certificate."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "cluster",
+                "cluster": {"server": server, "certificate-authority": str(server_ca)},
+            }
+        ],
+        "users": [
+            {"name": "user", "user": {"client-certificate": str(cert), "client-key": str(key)}}
+        ],
+        "contexts": [{"name": "user", "context": {"cluster": "cluster", "user": "user"}}],
+        "current-context": "user",
+    }
+    path.write_text(json.dumps(config))
+    return path

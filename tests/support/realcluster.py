@@ -50,7 +50,8 @@ from nodesync_sim.real.cluster import RealCluster
 from nodesync_sim.real.containerd import missing_binaries
 from nodesync_sim.real.control_plane import Binaries
 from nodesync_sim.real.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
-from nodesync_sim.real.node import CNI_BIN_DIR, RealNode
+from nodesync_sim.real.node import RealNode
+from nodesync_sim.real.node_containerd import CNI_BIN_DIR
 from nodesync_sim.real.process import ChildProcess, free_port
 from nodesync_sim.real.prometheus import LocalAlertmanager, LocalPrometheus
 from tests.support.containerd import Release, releases
@@ -160,7 +161,13 @@ class Agent:
 
     def __init__(self, node: RealNode, kubeconfig: Path) -> None:
         self.node = node
+        on_network = node.spec.addresses is not None
         self.port = free_port()
+        # On a network of its own the agent listens there, the machine reaches it by the
+        # node's name; else on the machine's loopback.
+        self.host = node.name if on_network else "127.0.0.1"
+        if on_network:
+            node.expose(self.port)
         self.process = node.spawn(
             "nodesync-agent",
             [
@@ -175,8 +182,13 @@ class Agent:
         )
 
     @property
+    def address(self) -> str:
+        """Where Prometheus and the tests reach the agent."""
+        return f"{self.host}:{self.port}"
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.address}"
 
     def wait_ready(self) -> None:
         self.process.wait_until(
@@ -283,7 +295,7 @@ class RealChain:
                 {
                     "job_name": AGENT_JOB,
                     "static_configs": [
-                        {"targets": [f"127.0.0.1:{agent.port}"], "labels": {"node": name}}
+                        {"targets": [agent.address], "labels": {"node": name}}
                         for name, agent in sorted(self.agents.items())
                     ],
                 }
