@@ -87,6 +87,7 @@ class RealCluster:
         if network and self.network is None:
             self.network = ClusterNetwork(self.plane.dir / "network")
             self.network.start()
+            self._serve_api_to_pods(self.network)
         node = RealNode(
             spec,
             kubelet=self.binaries.kubelet,
@@ -102,6 +103,26 @@ class RealCluster:
         if wait_ready:
             self.wait_ready(name)
         return node
+
+    def _serve_api_to_pods(self, network: ClusterNetwork) -> None:
+        """Pods reach the API server as in any cluster: the ``kubernetes`` Service, whose
+        endpoint (written here, as the API server's own reconciler would) is the router's
+        address, relayed to the API server. Its certificate names the Service's address."""
+        port = int(self.api.url.rsplit(":", 1)[1])
+        address = network.publish(port)
+        endpoints = {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "subsets": [
+                {"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port}]}
+            ],
+        }
+        path = "/api/v1/namespaces/default/endpoints/kubernetes"
+        if self.api.request("GET", path).status == 404:
+            self.api.ok("POST", "/api/v1/namespaces/default/endpoints", endpoints)
+        else:
+            self.api.ok("PUT", path, endpoints)
 
     def node_object(self, name: str) -> dict[str, Any] | None:
         answer = self.api.request("GET", self.node_path(name))
@@ -157,6 +178,8 @@ class RealCluster:
 
     def leftovers(self) -> list[str]:
         found = self.plane.leftovers()
+        if self.network is not None:
+            found += self.network.leftovers()
         for node in [*self.nodes.values(), *self._removed]:
             found += node.leftovers()
         return found

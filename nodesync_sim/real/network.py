@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodesync_sim.real.forward import start_relay
 from nodesync_sim.real.process import ChildProcess
 
 NODE_SUBNET = ipaddress.IPv4Network("10.213.0.0/24")
@@ -133,6 +134,7 @@ class ClusterNetwork:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._holder: ChildProcess | None = None
+        self._relay: ChildProcess | None = None
 
     @property
     def pid(self) -> int:
@@ -183,9 +185,22 @@ class ClusterNetwork:
             with contextlib.suppress(NetworkError):  # gone with the veth already
                 _ip(self.pid, "route", "del", str(addresses.pod_subnet))
 
+    def publish(self, port: int) -> str:
+        """The machine's ``127.0.0.1:port`` reachable on the cluster's network at the router's
+        address (for pods: the API server behind the ``kubernetes`` Service); that address."""
+        if self._relay is None:
+            relay = f"{self.netns},{ROUTER_ADDRESS}:{port}=/proc/self/ns/net,127.0.0.1:{port}"
+            self._relay = start_relay([relay], self.directory / "relay.log", name="router relay")
+        return str(ROUTER_ADDRESS)
+
     def stop(self) -> None:
+        if self._relay is not None:
+            self._relay.stop()
         if self._holder is not None:
             self._holder.stop()
+
+    def leftovers(self) -> list[str]:
+        return [f"{p.name} pid {p.pid}" for p in (self._holder, self._relay) if p and p.running]
 
 
 def _netns_of(pid: int) -> str | None:

@@ -23,6 +23,12 @@ pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(300)]
 
 SERVE = ["/bin/busybox", "httpd", "-f", "-p", "8080", "-h", "/etc"]
 FETCH = ["/bin/busybox", "wget", "-qO-"]
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+IN_CLUSTER = (
+    "/bin/busybox wget -qO- --no-check-certificate"
+    f' --header "Authorization: Bearer $(/bin/busybox cat {SERVICE_ACCOUNT}/token)"'
+    " https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version"
+)
 
 
 def _machine_network() -> dict[str, object]:
@@ -38,6 +44,15 @@ def _machine_network() -> dict[str, object]:
                 info.pop("preferred_life_time", None)
         found[" ".join(what)] = items
     return found
+
+
+def exec_in(chain: RealChain, ns: str, pod: str, argv: list[str]) -> str | None:
+    """What ``argv`` printed in the pod; None if it failed (a server may not listen yet,
+    kube-proxy not have synced)."""
+    try:
+        return kubectl(chain, "-n", ns, "exec", pod, "--", *argv)
+    except AssertionError:
+        return None
 
 
 def test_pods_get_addresses_and_reach_each_other_across_nodes(realchain: RealChain) -> None:
@@ -71,10 +86,7 @@ def test_pods_get_addresses_and_reach_each_other_across_nodes(realchain: RealCha
             url = f"http://{server['status']['podIP']}:8080/passwd"
 
             def fetch(url: str) -> str | None:
-                try:
-                    return kubectl(realchain, "-n", ns, "exec", "client", "--", *FETCH, url)
-                except AssertionError:
-                    return None  # the server may not listen yet, kube-proxy not have synced
+                return exec_in(realchain, ns, "client", [*FETCH, url])
 
             body = until(lambda: fetch(url), timeout=60, what=f"{url} from the client pod")
             assert body.startswith("root:x:0:0")
@@ -95,6 +107,15 @@ def test_pods_get_addresses_and_reach_each_other_across_nodes(realchain: RealCha
             via = f"http://{service['spec']['clusterIP']}/passwd"
             body = until(lambda: fetch(via), timeout=60, what=f"{via} from the client pod")
             assert body.startswith("root:x:0:0")
+
+            # In-cluster clients reach the API server through the kubernetes Service, with
+            # their service account's token.
+            version = until(
+                lambda: exec_in(realchain, ns, "client", ["/bin/busybox", "sh", "-c", IN_CLUSTER]),
+                timeout=60,
+                what="the API server's /version from the client pod",
+            )
+            assert json.loads(version)["gitVersion"].startswith("v1.20")
 
         # Nothing of this reached the machine's own network.
         assert _machine_network() == before
