@@ -1,5 +1,6 @@
 """The audit trail of the rollback hook: a Kubernetes Event for each decision and each step
-outcome, on the Node or Pod it concerns, with its uid (``kubectl describe`` selects Events by
+outcome, on the Node or Pod it concerns (an eviction's decision and step on its Pod), with its
+uid (``kubectl describe`` selects Events by
 ``involvedObject.uid``: an Event without it is invisible there).
 
 Each Event is recorded once per key: its name derives from the key (exporter.kube.writer), and
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 from exporter.kube.errors import KubeError
 from exporter.kube.ratelimit import write_priority
+from exporter.kube.reads import ObjectReads
 from exporter.kube.writer import KubeWriter
 from exporter.model.names import is_dns1123_subdomain
 from exporter.model.rollback import NodeRollback, StepKind, StepState
@@ -56,6 +58,27 @@ class ObjectRef:
 
 def node_ref(rollback: NodeRollback) -> ObjectRef:
     return ObjectRef("Node", "", rollback.spec.node, rollback.spec.node_uid)
+
+
+async def subject(reads: ObjectReads, rollback: NodeRollback) -> ObjectRef:
+    """What the Events about a rollback's action are on: the pod of an eviction, with its uid
+    (read now when the spec has none), while it is on the rollback's node; otherwise, or when
+    it cannot be read, the node. An Event needs its object's uid: ``kubectl describe``
+    selects Events by it."""
+    target = rollback.spec.pod
+    if target is None:
+        return node_ref(rollback)
+    uid = target.uid
+    if not uid:
+        try:
+            pod = await reads.get_pod(target.namespace, target.name)
+        except KubeError:
+            pod = None
+        if pod is not None and pod.node_name == rollback.spec.node:
+            uid = pod.uid
+    if not uid:
+        return node_ref(rollback)
+    return ObjectRef("Pod", target.namespace, target.name, uid)
 
 
 def alert_event_key(key: tuple[str, float], what: str) -> str:
@@ -109,9 +132,12 @@ class Audit:
             await self.record(target, reason=reason, message=message, type_=type_, key=key)
 
     async def decided(self, rollback: NodeRollback, alertname: str) -> None:
-        """The rollback was decided: where to follow it."""
+        """The rollback was decided: where to follow it. On what the rollback is about: the
+        node, or the pod an eviction is about (:func:`subject`)."""
+        if self._dry_run:
+            return
         await self.record(
-            node_ref(rollback),
+            await subject(self._writer.reads, rollback),
             reason="NodesyncRollback",
             message=f"nodesync decided to {rollback.spec.action.value} (alert {alertname}): "
             f"kubectl get noderollback {rollback.name}",

@@ -593,10 +593,21 @@ async def test_evict_pod_once_and_a_gone_pod_is_done(b: Bench) -> None:
     assert "no longer on node" in details[1]
     assert b.server.counters.count("create", "pods/eviction") == 1
     assert nodes_patched(b.server) == 0
-    [event] = [e for e in b.events("NodesyncEvictPod") if e["involvedObject"]["kind"] == "Pod"
-               and e["involvedObject"]["name"] == "stuck"]  # fmt: skip
-    assert event["involvedObject"]["namespace"] == "default"
-    assert event["involvedObject"]["uid"]
+    # The Events about the eviction, its decision and its step, are on the pod, with its uid
+    # (kubectl describe pod shows them); those of the pod that was never there on the node.
+    stuck_uid = b.store.get("pods", "stuck", namespace="default")["metadata"]["uid"]
+    node_uid = b.node("new-1")["metadata"]["uid"]
+    about = sorted(
+        (e["involvedObject"]["kind"], e["involvedObject"]["name"], e["involvedObject"]["uid"],
+         e["reason"])
+        for e in b.events()
+    )  # fmt: skip
+    assert about == [
+        ("Node", "new-1", node_uid, "NodesyncEvictPod"),
+        ("Node", "new-1", node_uid, "NodesyncRollback"),
+        ("Pod", "stuck", stuck_uid, "NodesyncEvictPod"),
+        ("Pod", "stuck", stuck_uid, "NodesyncRollback"),
+    ]
 
 
 async def test_cleanup_orphans_asks_the_agent_and_verifies(b: Bench) -> None:

@@ -137,18 +137,34 @@ def node_rollback_recorded(
 
 
 def eviction_recorded(scene: Scene, rollback: dict[str, Any], pod: str) -> None:
-    """The pod evicted once, its Event on the pod, the node untouched."""
+    """The pod evicted once, its Events on the pod, the node untouched."""
     assert [(s["name"], s["state"]) for s in rollback["status"]["steps"]] == [("evict_pod", "done")]
     scene.wait_audited("eviction", pod)
     assert scene.effects() == Counter({("eviction", pod): 1})  # the other pod stays
     scene.check_the_record_came_first()
     assert scene.node(rollback["spec"]["nodeName"])["spec"].get("unschedulable") is None
+    # The decision on the pod; the step's Event too while the pod is there, on the node when
+    # the restarted controller found it gone already. Each with its object's uid.
+    node = rollback["spec"]["nodeName"]
+
+    def events() -> list[tuple[str, str, bool]]:
+        found = [*scene.pod_events(pod), *scene.events(node)]
+        return sorted(
+            (e["reason"], e["involvedObject"]["kind"], bool(e["involvedObject"]["uid"]))
+            for e in found
+            if e["reason"] in ("NodesyncRollback", "NodesyncEvictPod")
+        )
+
     scene.until(
-        lambda: [e["reason"] for e in scene.pod_events(pod)] == ["NodesyncEvictPod"],
-        "the eviction's Event on the pod",
+        lambda: (
+            events()
+            in [
+                [("NodesyncEvictPod", kind, True), ("NodesyncRollback", "Pod", True)]
+                for kind in ("Pod", "Node")
+            ]
+        ),
+        "the eviction's Events: its decision on the pod, its step's",
     )
-    [event] = scene.pod_events(pod)
-    assert event["involvedObject"]["kind"] == "Pod"
 
 
 # ---------------------------------------------------------------- a crash, then the node recovers

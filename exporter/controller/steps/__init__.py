@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from exporter.controller.audit import ObjectRef, node_ref
+from exporter.controller.audit import ObjectRef, node_ref, subject
 from exporter.controller.coordination import Pause
 from exporter.controller.settings import ExecutorSettings
 from exporter.controller.steps import cleanup, delete, drain, fencing, verify
@@ -148,11 +148,10 @@ class StepRunner:
 
     async def event_target(self, rollback: NodeRollback, index: int) -> ObjectRef:
         """What the Event of step ``index``'s outcome is about: the pod of an eviction (with
-        its uid), else the node."""
-        target = rollback.spec.pod
-        if rollback.status.steps[index].kind is not StepKind.EVICT_POD or target is None:
+        its uid; the node once the pod is gone), else the node."""
+        if rollback.status.steps[index].kind is not StepKind.EVICT_POD:
             return node_ref(rollback)
-        return await drain.pod_ref(self._ctx, rollback, target)
+        return await subject(self._ctx.writer.reads, rollback)
 
     async def undo(self, rollback: NodeRollback) -> list[str]:
         """Give a node back: remove the taint and the cordon this rollback made (or may have

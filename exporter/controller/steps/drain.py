@@ -103,19 +103,3 @@ async def evict_pod(ctx: StepContext, rollback: NodeRollback, index: int) -> Ste
     if result.outcome == "skipped":
         return StepResult(StepState.SKIPPED, result.detail, pod=about)
     return StepResult(StepState.DONE, result.detail, pod=about)
-
-
-async def pod_ref(ctx: StepContext, rollback: NodeRollback, target: PodTarget) -> ObjectRef:
-    """The evicted pod, with its uid (read now when the spec has none, so ``kubectl describe
-    pod`` shows the Event)."""
-    uid = target.uid
-    if not uid:
-        try:
-            pods = await ctx.writer.reads.list_pods_on_node(rollback.spec.node)
-        except KubeError:
-            pods = []
-        uid = next(
-            (p.uid for p in pods if (p.namespace, p.name) == (target.namespace, target.name)),
-            "",
-        )
-    return ObjectRef("Pod", target.namespace, target.name, uid)
