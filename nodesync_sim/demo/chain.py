@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import shutil
 import tempfile
 import time
 import uuid
@@ -74,6 +73,7 @@ from nodesync_sim.fake.scaleout.scenario import CRI_TIMEOUTS, Scenario
 from nodesync_sim.fake.scaleout.simulator import Simulator
 from nodesync_sim.real.containerd import LocalContainerd
 from nodesync_sim.real.prometheus import LocalAlertmanager, LocalPrometheus, alertmanager_pair
+from nodesync_sim.real.removal import remove_tree
 from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 
 log = logging.getLogger(__name__)
@@ -511,7 +511,7 @@ class Chain:
             self.api.store.remove_listener(self._watch_steps)
         await _bounded("the test API server", self.api.stop())
         if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_tree(self.workdir)
             if self.workdir.exists():
                 leftovers.append(f"directory {self.workdir}")
         return leftovers

@@ -2,6 +2,7 @@
 by its PID (:mod:`.process`, the one process module), and a real Kubernetes cluster built of them.
 
 - :mod:`.process`: child processes started and stopped the same way everywhere;
+- :mod:`.removal`: a launcher's directory removed, and nothing else (never through a mount);
 - :mod:`.containerd`: a private containerd (CRI v1); :mod:`.runtime_pods`: pods and containers
   on it, created the way kubelet would;
 - :mod:`.prometheus`: a private Prometheus and Alertmanager;

@@ -18,7 +18,6 @@ shim and ctr first on the PATH of containerd and ctr; runc is always the machine
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import hashlib
 import io
@@ -39,6 +38,7 @@ import grpc
 
 from exporter.cri.pb import api_pb2, api_pb2_grpc
 from nodesync_sim.real.process import ChildProcess, ChildProcessFailed, log_tail
+from nodesync_sim.real.removal import mounts_under, remove_tree
 
 IMAGE_REF = "docker.io/nodesync/busybox:local"
 """Name of the locally built image; it serves as the sandbox image and the workload image."""
@@ -54,7 +54,6 @@ BUSYBOX_APPLETS = (
 )  # fmt: skip
 
 _CGROUP_FS = Path("/sys/fs/cgroup")
-_MNT_DETACH = 2
 _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 10.0
 
@@ -286,26 +285,6 @@ disabled_plugins = [
 {cri[:-1]}.containerd.runtimes.runc.options]
   SystemdCgroup = false
 {runc_root}"""
-
-
-def _umount_detach(path: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.umount2(path.encode(), _MNT_DETACH) != 0:
-        err = ctypes.get_errno()
-        if err not in (22, 2):  # EINVAL: not a mount point (any more); ENOENT: gone
-            raise OSError(err, os.strerror(err), path)
-
-
-def _mounts_under(base: Path) -> list[str]:
-    prefix = str(base).rstrip("/") + "/"
-    points = []
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        for line in f:
-            point = line.split()[4].replace("\\040", " ")
-            if point.startswith(prefix) or point == str(base):
-                points.append(point)
-    # Deepest first.
-    return sorted(set(points), key=lambda p: p.count("/"), reverse=True)
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -652,8 +631,6 @@ class LocalContainerd:
                 os.kill(pid, signal.SIGKILL)
         self._kill_cgroup_processes()
         _wait_until(lambda: not [p for p in self._own_shim_pids() if _pid_alive(p)], 5.0)
-        for point in _mounts_under(self._dir):
-            _umount_detach(point)
         for cgroup in self._cgroup_dirs():
             with contextlib.suppress(OSError):
                 cgroup.rmdir()
@@ -662,7 +639,7 @@ class LocalContainerd:
                 os.unlink(sock)
         # /run/containerd/s itself stays: shims of any containerd on the host share it, and
         # removing it could race with another instance starting a shim.
-        shutil.rmtree(self._dir, ignore_errors=True)
+        remove_tree(self._dir)  # what is mounted in it (pods' root filesystems, shm) first
         self._dir = None
 
     def leftovers(self) -> list[str]:
@@ -677,7 +654,7 @@ class LocalContainerd:
         found.extend(
             f"shim socket {sock}" for sock in sorted(self._shim_sockets) if os.path.exists(sock)
         )
-        found.extend(f"mount {point}" for point in _mounts_under(self._last_dir))
+        found.extend(f"mount {point}" for point in mounts_under(self._last_dir))
         found.extend(f"cgroup {path}" for path in self._cgroup_dirs())
         found.extend(f"shim pid {pid}" for pid in self._own_shim_pids() if _pid_alive(pid))
         if self.pid is not None:

@@ -17,7 +17,6 @@ timers come from :class:`ControlPlaneTimers` and reach it only as flags.
 from __future__ import annotations
 
 import functools
-import shutil
 import ssl
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 from nodesync_sim.real.kube_apiserver import ADMIN, APIServerOptions, LocalKubeAPIServer
 from nodesync_sim.real.pki import ClientCA
 from nodesync_sim.real.process import ChildProcess, free_port
+from nodesync_sim.real.removal import remove_tree
 
 START_TIMEOUT = 90.0
 _POLL = 0.1
@@ -177,7 +177,7 @@ class ControlPlane:
             if proc is not None:
                 proc.stop()
         self.apiserver.cleanup()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)
 
     def leftovers(self) -> list[str]:
         found = self.apiserver.leftovers()

@@ -16,7 +16,6 @@ import base64
 import contextlib
 import json
 import secrets
-import shutil
 import socket
 import ssl
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nodesync_sim.real.process import STOP_TIMEOUT, ChildProcess, free_port
+from nodesync_sim.real.removal import remove_tree
 
 ADMIN = "admin"
 AGENT = "nodesync-agent"
@@ -252,7 +252,7 @@ class LocalKubeAPIServer:
         if self._etcd is not None:
             self._etcd.stop()
             self._etcd = None
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)
 
     def leftovers(self) -> list[str]:
         """What is still there after :meth:`cleanup`: processes, listening ports, files."""
@@ -513,7 +513,7 @@ class LocalKubeAPIServer:
                 self._wait(proc, self._etcd_healthy, "etcd to answer /health")
             except _PortInUse:
                 proc.stop()
-                shutil.rmtree(self.dir / "etcd", ignore_errors=True)
+                remove_tree(self.dir / "etcd", made=self.dir)
                 continue
             return
         raise KubeAPIStartError(f"no free ports for etcd after {_PORT_ATTEMPTS} tries")

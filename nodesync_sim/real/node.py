@@ -15,8 +15,10 @@ only ``loopback``: the node turns Ready and host-network pods run; pods on the p
 ``FailedCreatePodSandBox`` (a broken network, on purpose).
 
 Stopping is by PID: the processes started in the namespace, kubelet, containerd (its pods first,
-then shims and every process left in the cgroups), the namespace's holder; then the cgroups and the
-directory. :meth:`RealNode.leftovers` lists what is still there.
+then shims and every process left in the cgroups), the namespace's holder; then the cgroups and,
+once the namespace is gone, the directory, if the node made it
+(:func:`~nodesync_sim.real.removal.remove_tree`). :meth:`RealNode.leftovers` lists what is
+still there.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +44,7 @@ from nodesync_sim.real.node_containerd import (
 )
 from nodesync_sim.real.pki import ClientCA, write_kubeconfig
 from nodesync_sim.real.process import ChildProcess, free_port
+from nodesync_sim.real.removal import remove_tree
 
 KUBELET_ROOT = "/var/lib/kubelet"
 KUBELET_PORT = 10250
@@ -119,6 +121,7 @@ class RealNode:
         self.healthz_port = 0
         self._processes: list[ChildProcess] = []
         self._relays: list[ChildProcess] = []
+        self._made_directory = False
 
     # -- paths, as the machine sees them
 
@@ -147,7 +150,8 @@ class RealNode:
         """The namespace, cgroups and containerd, then kubelet. Returns once kubelet runs (the
         caller waits for the Node). On a failure everything is removed again."""
         try:
-            self.directory.mkdir(parents=True)
+            self.directory.mkdir(parents=True)  # fresh: fails when it exists
+            self._made_directory = True
             self._make_namespace()
             self._join_network()
             self._make_cgroups()
@@ -342,9 +346,13 @@ class RealNode:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         _wait(lambda: not [p for p in self.namespace.processes() if _pid_alive(p)], 5.0)
-        _wait(self.namespace.release, 5.0)
+        released = _wait(self.namespace.release, 5.0)
         self._remove_cgroups()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        # Only the directory this node made, and only once its namespace is gone: what is
+        # mounted into it from inside the namespace (/var/lib/kubelet, /var/lib/containerd, the
+        # overlays) cannot be seen from here. Otherwise leftovers() names it.
+        if self._made_directory and released:
+            remove_tree(self.directory)
 
     def _cgroup_dirs(self) -> list[Path]:
         relative = self.cgroup_root.lstrip("/")

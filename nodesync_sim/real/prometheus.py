@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import tempfile
 import time
 import urllib.error
@@ -38,6 +37,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from nodesync_sim.real.process import ChildProcess, free_port, log_tail
+from nodesync_sim.real.removal import remove_tree
 
 PROMETHEUS_BINARY = "/usr/bin/prometheus"
 ALERTMANAGER_BINARY = "/usr/bin/prometheus-alertmanager"
@@ -226,7 +226,7 @@ class _LocalService:
         """Stop the process and remove the directory. Safe to call more than once."""
         self.stop()
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            remove_tree(self._dir)
             self._dir = None
 
     def leftovers(self) -> list[str]:

@@ -54,6 +54,7 @@ from nodesync_sim.real.node import RealNode
 from nodesync_sim.real.node_containerd import CNI_BIN_DIR
 from nodesync_sim.real.process import ChildProcess, free_port
 from nodesync_sim.real.prometheus import LocalAlertmanager, LocalPrometheus
+from nodesync_sim.real.removal import remove_tree
 from tests.support.containerd import Release, releases
 from tests.support.kubeapi import SETUP_SCRIPT, find_binaries, install_crd
 from tests.support.realkube import (
@@ -360,7 +361,7 @@ class RealChain:
         if self.controller is not None:
             self.controller.stop()
         self.cluster.cleanup()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        remove_tree(self.workdir)
 
     def leftovers(self) -> list[str]:
         found = self.cluster.leftovers()
