@@ -49,6 +49,19 @@ def _mnt_ns(pid: int) -> str | None:
         return None
 
 
+def _private(pid: int) -> bool:
+    """Whether ``pid`` runs ``sleep`` (unshare is done) and no mount it sees propagates
+    (no ``shared:`` or ``master:`` tag in its mountinfo)."""
+    try:
+        if Path(f"/proc/{pid}/comm").read_text().strip() != "sleep":
+            return False
+        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    tags = (field for line in lines for field in line.split(" - ", 1)[0].split()[6:])
+    return not any(tag.startswith(("shared:", "master:")) for tag in tags)
+
+
 class MountNamespace:
     """The namespace of one node; its files live in ``directory``."""
 
@@ -100,8 +113,12 @@ class MountNamespace:
         holder.start()
         self._holder = holder
         mine = _mnt_ns(os.getpid())
+        # unshare makes the namespace, then its mounts private, then runs sleep: a mount made in
+        # between would still propagate to the machine's peers of a shared mount.
         holder.wait_until(
-            lambda: _mnt_ns(self.pid) not in (None, mine), timeout=_TIMEOUT, what="unshared"
+            lambda: _mnt_ns(self.pid) not in (None, mine) and _private(self.pid),
+            timeout=_TIMEOUT,
+            what="unshared, with every mount private",
         )
         self._ns = _mnt_ns(self.pid)
         # Held open until release(): the namespace's inode number cannot be reused meanwhile,

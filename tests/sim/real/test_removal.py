@@ -1,4 +1,5 @@
-"""remove_tree removes only the tree its owner made, and never through a mount.
+"""remove_tree removes only the tree its owner made, and never through a mount; a node's mount
+namespace propagates nothing to the machine.
 
 The mount cases run in a private mount namespace of their own (``unshare``), where a stand-in
 for the machine's root (a directory with ``bin -> usr/bin`` and ``usr/bin/sh``) is bind-mounted
@@ -18,9 +19,11 @@ from typing import Any
 
 import pytest
 
+from nodesync_sim.real.namespace import MountNamespace
 from nodesync_sim.real.node import NodeSpec, RealNode
 from nodesync_sim.real.pki import ClientCA
 from nodesync_sim.real.removal import RemovalRefused, mounts_under, refusal, remove_tree
+from tests.support.wait import until
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -141,3 +144,21 @@ def test_a_node_that_could_not_make_its_directory_leaves_what_was_there(tmp_path
     with pytest.raises(FileExistsError):
         node.start()
     assert (existing / "someone-elses").read_text() == "kept"
+
+
+def test_a_node_namespace_propagates_no_mount_to_the_machine(tmp_path: Path) -> None:
+    namespace = MountNamespace(tmp_path / "ns")
+    namespace.start()
+    try:
+        # unshare has made every mount private before the first mount is made in it ...
+        for line in Path(f"/proc/{namespace.pid}/mountinfo").read_text().splitlines():
+            tags = line.split(" - ", 1)[0].split()[6:]
+            assert not [t for t in tags if t.startswith(("shared:", "master:"))], line
+        # ... so a mount in it stays there.
+        inside = tmp_path / "inside"
+        inside.mkdir()
+        namespace.tmpfs(str(inside))
+        assert mounts_under(inside) == []
+    finally:
+        namespace.stop()
+    until(namespace.release, timeout=10, what="the namespace to be let go")
