@@ -1,5 +1,8 @@
 """What a real node could change on the machine, read before and after: the sysctls a kubelet
-writes, the iptables tables and rules, the mounts, the cgroups, and the processes of the cluster.
+writes, the iptables tables and rules, the mounts, the cgroups, the processes of the cluster, and
+what the machine's top-level ``/bin``, ``/sbin``, ``/lib`` and ``/lib64`` are (symlinks into
+/usr on a merged-/usr Debian; a teardown that removed a tree through a bind mount of the
+machine would take them first).
 
 The machine is shared (other test runs start their own containerd, pods and mounts meanwhile):
 mounts under /tmp and /var/cache are compared only inside the cluster's directory, cgroups of
@@ -29,6 +32,7 @@ SYSCTLS = (
     "net/bridge/bridge-nf-call-iptables",
     "net/ipv4/vs/conntrack",
 )
+ROOT_ENTRIES = ("/bin", "/sbin", "/lib", "/lib64")
 _CGROUP_FS = Path("/sys/fs/cgroup")
 _KUBELET_CGROUPS = ("nodesync-node-", "kubepods")
 _COUNTERS = re.compile(r"\[\d+:\d+\]")
@@ -41,6 +45,16 @@ class Snapshot:
     mounts: tuple[str, ...]
     cgroups: tuple[str, ...]
     processes: tuple[str, ...]
+    root_entries: dict[str, str]
+
+
+def _root_entry(path: str) -> str:
+    """``-> target`` for a symlink, else what it is."""
+    if os.path.islink(path):
+        return f"-> {os.readlink(path)}"
+    if os.path.isdir(path):
+        return "directory"
+    return "missing" if not os.path.lexists(path) else "file"
 
 
 def _read(path: str) -> str:
@@ -122,4 +136,5 @@ def snapshot(
         mounts=_mounts(cluster_dir),
         cgroups=_cgroups(cgroup_roots or set()),
         processes=_processes(cluster_dir, namespaces or set(), cgroup_roots or set()),
+        root_entries={path: _root_entry(path) for path in ROOT_ENTRIES},
     )

@@ -1,5 +1,6 @@
 """A real node joins and leaves the machine as it found it: no sysctl written, no iptables
-chain, no mount, cgroup or process left."""
+chain, no mount, cgroup or process left, and the machine's /bin, /sbin, /lib and /lib64 as they
+were."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def test_a_node_that_joins_runs_a_pod_and_leaves_changes_nothing_on_the_machine(
     cluster_dir = realchain.cluster.plane.dir
     before = snapshot(cluster_dir)
     assert not [c for c in before.cgroups if "kubepods" in c.split("/")[1]]
+    assert set(before.root_entries) == {"/bin", "/sbin", "/lib", "/lib64"}
 
     node = realchain.join()
     with namespace(realchain.api) as ns:
@@ -34,6 +36,7 @@ def test_a_node_that_joins_runs_a_pod_and_leaves_changes_nothing_on_the_machine(
         assert during.sysctls == before.sysctls
         assert during.iptables == before.iptables
         assert during.mounts == before.mounts
+        assert during.root_entries == before.root_entries
         realchain.leave(node)
 
     # The node's namespace is gone (leftovers() checks it was empty when let go): its inode
@@ -44,4 +47,5 @@ def test_a_node_that_joins_runs_a_pod_and_leaves_changes_nothing_on_the_machine(
     assert after.mounts == before.mounts
     assert after.cgroups == before.cgroups
     assert after.processes == before.processes
+    assert after.root_entries == before.root_entries
     assert node.leftovers() == []
