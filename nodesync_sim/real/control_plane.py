@@ -156,6 +156,10 @@ class ControlPlane:
             "--profiling=false",
         ]
 
+    @property
+    def flexvolume_dir(self) -> Path:
+        return self.dir / "flexvolume"
+
     def _controller_manager_argv(self) -> list[str]:
         return [
             self.binaries.controller_manager,
@@ -165,6 +169,9 @@ class ControlPlane:
             f"--root-ca-file={self.apiserver.ca_file}",
             f"--node-monitor-period={self.timers.node_monitor_period}",
             f"--node-monitor-grace-period={self.timers.node_monitor_grace_period}",
+            # Its FlexVolume prober makes this directory: never the machine's default,
+            # /usr/libexec/kubernetes/kubelet-plugins/volume/exec.
+            f"--flex-volume-plugin-dir={self.flexvolume_dir}",
         ]
 
     def _scheduler_argv(self) -> list[str]:

@@ -37,6 +37,8 @@ def test_a_node_that_joins_runs_a_pod_and_leaves_changes_nothing_on_the_machine(
         assert during.iptables == before.iptables
         assert during.mounts == before.mounts
         assert during.root_entries == before.root_entries
+        # The controller-manager's FlexVolume prober made its directory in the cluster's.
+        assert realchain.cluster.plane.flexvolume_dir.is_dir()
         realchain.leave(node)
 
     # The node's namespace is gone (leftovers() checks it was empty when let go): its inode
