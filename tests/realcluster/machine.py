@@ -8,10 +8,10 @@ The machine is shared (other test runs start their own containerd, pods and moun
 mounts under /tmp and /var/cache are compared only inside the cluster's directory, cgroups of
 other private containerds (``/nodesync-ns-*``) are left out; every process that belongs to the
 cluster (in a node's mount namespace, in a node's cgroups, or naming the cluster's directory) is
-compared. Cgroups: in every hierarchy the top-level ones a kubelet of the cluster makes
-(``/nodesync-node-*``, its cgroup root) or would make without one (``/kubepods*``), and the
-whole tree under the cgroup roots named; other top-level cgroups come and go with other
-programs (image builds, private containerds).
+compared. Cgroups: in every hierarchy the top-level ones a kubelet would make without a cgroup
+root of its own (``/kubepods*``), and the whole tree under the cgroup roots named (the nodes'
+``/nodesync-node-*``); other top-level cgroups come and go with other programs (image builds,
+private containerds, the nodes of other test runs on the same machine).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ SYSCTLS = (
 )
 ROOT_ENTRIES = ("/bin", "/sbin", "/lib", "/lib64")
 _CGROUP_FS = Path("/sys/fs/cgroup")
-_KUBELET_CGROUPS = ("nodesync-node-", "kubepods")
+_KUBELET_CGROUPS = "kubepods"
 _COUNTERS = re.compile(r"\[\d+:\d+\]")
 
 
