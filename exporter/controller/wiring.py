@@ -70,19 +70,26 @@ Extension = Callable[[web.Application], None]
 PRUNE_INTERVAL = 3600.0
 #: How long a stopping leader spends deciding the alerts it acknowledged, at most.
 DRAIN_TIMEOUT = 5.0
+#: How long the executor waits between passes when nothing wakes it.
+POLL_INTERVAL = 5.0
 
 
 def rollback_extensions(
-    webhook: WebhookSettings, executor: ExecutorSettings | None = None
+    webhook: WebhookSettings,
+    executor: ExecutorSettings | None = None,
+    *,
+    poll_interval: float = POLL_INTERVAL,
 ) -> list[Extension]:
     """The webhook and (given its settings) the executor, sharing one schedule and one lead.
     Reads the token file now, before anything starts: WebhookConfigError if there is no usable
-    token."""
+    token. ``poll_interval``: the executor's, see ``executor_extension``."""
     schedule = Schedule()
     lead = Lead(elected=executor is not None and executor.leader_elect)
     extensions = [webhook_extension(webhook, schedule=schedule, lead=lead)]
     if executor is not None:
-        extensions.append(executor_extension(executor, schedule=schedule, lead=lead))
+        extensions.append(
+            executor_extension(executor, schedule=schedule, lead=lead, poll_interval=poll_interval)
+        )
     return extensions
 
 
@@ -148,13 +155,22 @@ async def _prune(journal: Journal, retention: float) -> NoReturn:
         await asyncio.sleep(PRUNE_INTERVAL)
 
 
-def executor_extension(settings: ExecutorSettings, *, schedule: Schedule, lead: Lead) -> Extension:
+def executor_extension(
+    settings: ExecutorSettings,
+    *,
+    schedule: Schedule,
+    lead: Lead,
+    poll_interval: float = POLL_INTERVAL,
+) -> Extension:
     """Runs the executor in the controller app, on the journal the webhook opens: install it
     after ``webhook_extension`` with the same ``schedule`` and ``lead``
-    (``rollback_extensions`` does)."""
+    (``rollback_extensions`` does). ``poll_interval``: how long the executor waits between
+    passes when nothing wakes it (a pass also deletes the NodeRollbacks past their retention)."""
 
     def extend(app: web.Application) -> None:
-        app.cleanup_ctx.append(functools.partial(_executor_ctx, settings, schedule, lead))
+        app.cleanup_ctx.append(
+            functools.partial(_executor_ctx, settings, schedule, lead, poll_interval)
+        )
 
     return extend
 
@@ -174,7 +190,7 @@ def build_executor(
     limiter: AsyncRateLimiter | None = None,
     identity: str = "",
     clock: Callable[[], float] = time.time,
-    poll_interval: float = 5.0,
+    poll_interval: float = POLL_INTERVAL,
     step_poll_interval: float = 1.0,
     retry_initial: float = 1.0,
     retry_max: float = 30.0,
@@ -251,7 +267,11 @@ def _elector(settings: ExecutorSettings, app: web.Application) -> LeaderElector 
 
 
 async def _executor_ctx(
-    settings: ExecutorSettings, schedule: Schedule, lead: Lead, app: web.Application
+    settings: ExecutorSettings,
+    schedule: Schedule,
+    lead: Lead,
+    poll_interval: float,
+    app: web.Application,
 ) -> AsyncIterator[None]:
     if JOURNAL not in app:
         raise RuntimeError(
@@ -276,6 +296,7 @@ async def _executor_ctx(
         leadership=elector,
         limiter=limiter,
         identity=settings.leader_identity,
+        poll_interval=poll_interval,
     )
     app[EXECUTOR] = executor
     collector = SnapshotCollector(functools.partial(_executor_families, executor))
