@@ -17,6 +17,9 @@ After each pass the intake finds which guard holds each firing action alert that
 rollback running (refused, waiting, or decided in a dry run: exporter.model.holds), for
 ``nodesync_alert_held`` and a status line logged when a hold begins.
 
+Each pass also repeats the cleanup of orphans of an alert episode still firing well after its
+last cleanup succeeded (exporter.controller.repeats): drift that outlived it.
+
 Fencing first: a pass carries out the accepted decisions (plan, join, escalate) as it makes
 them, and once every accepted alert of the pass is carried out, hands each NodeRollback it
 created to the executor (``decide`` yields them), so that their cordons are under way before
@@ -47,6 +50,7 @@ from typing import Protocol
 
 from exporter.controller.audit import Audit, EventLane, alert_event_key
 from exporter.controller.journal import DRY_RUN, AlertRecord, DecisionRecord, Journal
+from exporter.controller.repeats import REPEAT_CLEANUP_AFTER, Repeats, repeat_cleanups
 from exporter.controller.rollbacks import RollbackWatch
 from exporter.controller.settings import ExecutorSettings
 from exporter.kube.errors import AlreadyExists
@@ -100,6 +104,7 @@ class Intake:
         *,
         identity: str = "",
         clock: Callable[[], float] = time.time,
+        repeat_after: float = REPEAT_CLEANUP_AFTER,
     ) -> None:
         self._journal = journal
         self._cluster = cluster
@@ -112,6 +117,9 @@ class Intake:
         self._policy = settings.policy
         self._identity = identity
         self._clock = clock
+        self._repeats = Repeats(
+            journal, rollbacks, self._policy, self._create, identity, after=repeat_after
+        )
         self._deferred: dict[tuple[str, float], str] = {}  # alert key -> last deferring reason
         self.decided = 0  # by the last pass
         self.held: tuple[Hold, ...] = ()  # as of the last pass (exporter.model.holds)
@@ -172,6 +180,8 @@ class Intake:
                 continue
             if rollback is not None:
                 created.append(rollback)
+        if not self._settings.dry_run:
+            created += await repeat_cleanups(self._repeats, view, state, self._clock())
         for rollback in created:
             yield rollback
         for alert, refusal, now in refused:

@@ -16,10 +16,11 @@ shows is what the controller does with the same cluster and budget:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from exporter.model.alerts import Alert
+from exporter.model.alerts import Alert, episode_start
 from exporter.model.clusterview import ClusterView
 from exporter.model.guards import (
     DEFERRING,
@@ -35,6 +36,7 @@ from exporter.model.rollback import (
     STRENGTH,
     Action,
     NodeRollback,
+    Phase,
     Plan,
     PodTarget,
     Refusal,
@@ -93,6 +95,67 @@ def decide(
     return Decision(alert, outcome, PLAN)
 
 
+#: How long after a cleanup of orphans succeeded an alert of it that still fires asks for
+#: another: longer than the drift alert keeps firing once its drift is gone (``keep_firing_for``
+#: 5m in rules/drift.yml) and than Alertmanager takes to send its resolution (``group_interval``
+#: 1m), so that only drift that came back or outlived the cleanup is cleaned again.
+REPEAT_CLEANUP_AFTER: Final = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """A cleanup of orphans an alert episode may ask for again: the last one it had, the
+    episode, which cleanup of that episode the new one would be (2 for the second), and when
+    the last cleanup of the node (of any episode) finished: the alert must have been seen
+    firing ``after`` that."""
+
+    last: NodeRollback
+    trigger: Trigger
+    attempt: int
+    since: float
+
+
+def cleanups_to_repeat(rollbacks: Iterable[NodeRollback], now: float, after: float) -> list[Repeat]:
+    """An alert episode is decided once, and a drift alert keeps its episode while drift
+    lasts: drift that appeared during or after a cleanup would never be cleaned. So for each
+    alert episode whose cleanups of orphans all ended, the last one having succeeded, on a
+    node whose last cleanup finished at least ``after`` ago: that cleanup, to be repeated if
+    the alert was seen firing since (the caller reads that from its journal). So a node has
+    at most one cleanup of orphans per ``after`` for its episodes that keep firing."""
+    cleanups: dict[tuple[str, str, float], list[NodeRollback]] = {}
+    node_last: dict[str, float] = {}
+    for r in rollbacks:
+        if r.spec.action is not Action.CLEANUP_ORPHANS:
+            continue
+        finished = r.status.finished_at
+        if finished is not None:
+            node_last[r.spec.node] = max(finished, node_last.get(r.spec.node, finished))
+        for t in r.status.triggers:
+            key = (r.spec.node, t.fingerprint, episode_start(t.starts_at))
+            cleanups.setdefault(key, []).append(r)
+    repeats = []
+    for (node, fingerprint, starts_at), of_episode in sorted(cleanups.items()):
+        if any(r.active for r in of_episode):
+            continue
+        last = max(of_episode, key=lambda r: (r.status.finished_at or 0.0, r.created_at, r.name))
+        since = node_last.get(node)
+        if last.status.phase is not Phase.SUCCEEDED or since is None or now < since + after:
+            continue
+        trigger = next(
+            t
+            for t in last.status.triggers
+            if t.fingerprint == fingerprint and episode_start(t.starts_at) == starts_at
+        )
+        asked = sum(
+            1
+            for r in of_episode
+            if r.spec.trigger.fingerprint == fingerprint
+            and episode_start(r.spec.trigger.starts_at) == starts_at
+        )
+        repeats.append(Repeat(last, trigger, asked + 1, since))
+    return repeats
+
+
 def new_rollback(
     plan: Plan,
     view: ClusterView,
@@ -101,9 +164,11 @@ def new_rollback(
     now: float,
     *,
     decided_by: str = "",
+    attempt: int = 1,
 ) -> NodeRollback:
     """The NodeRollback a planned decision becomes: the plan, and what the guards saw (the
-    budget before this rollback counted, the node's age and failure, the established nodes)."""
+    budget before this rollback counted, the node's age and failure, the established nodes).
+    ``attempt``: the how-manieth rollback of the alert episode this is (a repeated cleanup)."""
     node = view.node(plan.node)
     wave = wave_budget(view, state, policy, plan.wave)
     correlated = correlated_failure(view, policy, now)
@@ -143,5 +208,6 @@ def new_rollback(
         plan.alert_fingerprint,
         plan.alert_starts_at,
         target,
+        attempt=attempt,
     )
     return NodeRollback(name=name, spec=spec, status=initial_status(spec))

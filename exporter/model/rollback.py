@@ -263,14 +263,23 @@ _NOT_NAME = re.compile(r"[^a-z0-9.-]+")
 
 
 def rollback_name(
-    node: str, node_uid: str, action: Action, fingerprint: str, starts_at: float, target: str = ""
+    node: str,
+    node_uid: str,
+    action: Action,
+    fingerprint: str,
+    starts_at: float,
+    target: str = "",
+    *,
+    attempt: int = 1,
 ) -> str:
     """The NodeRollback's name: the node's name and a hash of what identifies the decision (the
-    node's uid, the action and its target, the alert episode). Two replicas deciding the same
-    thing make the same name, so the second create gets 409 AlreadyExists."""
-    digest = hashlib.sha256(
-        f"{node_uid}\0{action.value}\0{target}\0{fingerprint}\0{starts_at!r}".encode()
-    ).hexdigest()[:10]
+    node's uid, the action and its target, the alert episode, and from the second on which
+    rollback of that episode it is). Two replicas deciding the same thing make the same name,
+    so the second create gets 409 AlreadyExists."""
+    decision = f"{node_uid}\0{action.value}\0{target}\0{fingerprint}\0{starts_at!r}"
+    if attempt > 1:
+        decision += f"\0{attempt}"
+    digest = hashlib.sha256(decision.encode()).hexdigest()[:10]
     head = _NOT_NAME.sub("-", node.lower()).strip(".-")[: _MAX_NAME - 12] or "node"
     return f"{head}-{digest}"
 

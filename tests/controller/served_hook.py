@@ -5,7 +5,7 @@ client that records every path it requests."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +25,7 @@ from exporter.kube.config import load_configuration
 from exporter.kube.writer import KubeWriter
 from exporter.metrics.rollback import RollbackMetrics
 from exporter.model.guards import GuardState
+from exporter.model.rollback import NodeRollback
 from exporter.serve import Served
 from exporter.settings.server import ServerSettings
 from tests.metrics.exposition import labels, series
@@ -101,6 +102,9 @@ class _NoRollbacks:
 
     def guard_state(self) -> GuardState:
         return GuardState()
+
+    def all(self) -> Iterator[NodeRollback]:
+        return iter(())
 
 
 class _NoWrites:

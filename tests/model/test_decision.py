@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from exporter.model.alerts import Alert
 from exporter.model.decision import (
     ESCALATE,
@@ -12,11 +14,22 @@ from exporter.model.decision import (
     PLAN,
     REFUSED,
     WAITS,
+    cleanups_to_repeat,
     decide,
     new_rollback,
 )
 from exporter.model.guards import GuardState
-from exporter.model.rollback import Action, StepKind
+from exporter.model.rollback import (
+    Action,
+    NodeRollback,
+    Phase,
+    RollbackSpec,
+    RollbackStatus,
+    StepKind,
+    Trigger,
+    Verdicts,
+    rollback_name,
+)
 from exporter.settings.policy import default_policy
 from tests.model.test_guards import NOW, cluster, new_node, view_of
 
@@ -79,6 +92,78 @@ def test_an_alert_about_a_rollback_found_ended_is_a_new_rollback() -> None:
     state.ended("never-decided")  # nothing to end: no effect
     assert decide(alert("n0", "rollback_node", "r1"), view, state, POLICY, NOW).verdict == PLAN
     assert decide(alert("n0", "cleanup_orphans", "c2"), view, state, POLICY, NOW).verdict == PLAN
+
+
+def _cleanup(
+    name: str, phase: Phase, finished: float | None, *triggers: Trigger, node: str = "n0"
+) -> NodeRollback:
+    spec = RollbackSpec(node, f"uid-{node}", Action.CLEANUP_ORPHANS, triggers[0], Verdicts(NOW))
+    status = RollbackStatus(phase=phase, triggers=triggers, finished_at=finished)
+    return NodeRollback(name, spec, status, created_at=finished or NOW)
+
+
+D1 = Trigger("NodesyncNewNodeDrift", "d1", NOW - 3600)
+D2 = Trigger("NodesyncNewNodeDrift", "d2", NOW - 3600)
+AFTER = 600.0
+OK, FAILED, RUNNING = Phase.SUCCEEDED, Phase.FAILED, Phase.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("rollbacks", "repeats"),
+    [
+        pytest.param([_cleanup("a", OK, NOW - AFTER, D1)], [("a", D1, 2)], id="succeeded-long-ago"),
+        pytest.param([_cleanup("a", OK, NOW - AFTER + 1, D1)], [], id="succeeded-just-now"),
+        pytest.param([_cleanup("a", FAILED, NOW - 2 * AFTER, D1)], [], id="failed-asks-a-person"),
+        pytest.param([_cleanup("a", RUNNING, None, D1)], [], id="still-running"),
+        pytest.param(
+            [_cleanup("a", OK, NOW - 2 * AFTER, D1), _cleanup("b", OK, NOW - AFTER, D1)],
+            [("b", D1, 3)],
+            id="the-last-of-the-episode",
+        ),
+        pytest.param(
+            [_cleanup("a", OK, NOW - 2 * AFTER, D1), _cleanup("b", RUNNING, None, D1)],
+            [],
+            id="one-active-already",
+        ),
+        pytest.param(
+            [_cleanup("a", OK, NOW - AFTER, D1, D2)],
+            [("a", D1, 2), ("a", D2, 1)],
+            id="a-joined-episode-has-had-none-of-its-own",
+        ),
+        pytest.param(
+            [_cleanup("a", OK, NOW - 2 * AFTER, D1, D2), _cleanup("b", OK, NOW - 1, D1)],
+            [],
+            id="the-node-was-cleaned-just-now-for-another-episode",
+        ),
+        pytest.param(
+            [_cleanup("a", OK, NOW - AFTER, D1), _cleanup("b", OK, NOW - 1, D2, node="n1")],
+            [("a", D1, 2)],
+            id="each-node-on-its-own",
+        ),
+    ],
+)
+def test_a_succeeded_cleanup_is_repeated_for_an_episode_that_may_still_fire(
+    rollbacks: list[NodeRollback], repeats: list[tuple[str, Trigger, int]]
+) -> None:
+    """Which cleanups of orphans an alert still firing asks for again (the journal says
+    whether it fired since): the last of its episode, succeeded at least AFTER ago, none of
+    that episode active; and which cleanup of the episode the new one is."""
+    found = cleanups_to_repeat(rollbacks, NOW, AFTER)
+    assert [(r.last.name, r.trigger, r.attempt) for r in found] == repeats
+    for r in found:  # since the node's last cleanup, of any episode
+        of_node = [c for c in rollbacks if c.spec.node == r.last.spec.node]
+        assert r.since == max(c.status.finished_at or 0 for c in of_node)
+
+
+def test_a_repeated_cleanup_has_a_name_of_its_own() -> None:
+    view = view_of([new_node("n0")])
+    plan = decide(alert("n0", "cleanup_orphans", "d1"), view, GuardState(), POLICY, NOW).plan
+    assert plan is not None
+    names = {new_rollback(plan, view, GuardState(), POLICY, NOW, attempt=n).name for n in (1, 2, 3)}
+    assert len(names) == 3
+    assert new_rollback(plan, view, GuardState(), POLICY, NOW).name == rollback_name(
+        "n0", plan.node_uid, Action.CLEANUP_ORPHANS, "d1", NOW - 60
+    )  # the first keeps the name it always had
 
 
 def test_evictions_of_different_pods_are_rollbacks_of_their_own() -> None:
