@@ -6,6 +6,11 @@ translated into :mod:`exporter.cri.errors`; results are exporter.model dataclass
 The lists (ListPodSandbox, ListContainers) come back sorted by id and cost what changed: an item
 listed again in the same state is the very object of the previous list, and a list in which
 nothing changed is the previous list's tuple itself (:mod:`exporter.cri.listing`).
+
+Each method is bound to the channel the first time it is called, with only its own request
+and reply types: the generated stubs (``api_pb2_grpc``) bind every method of both services at
+once, and that alone cost the agent 1.2-1.3 MiB of resident memory (docs/performance.md), for
+calls most agents never make (the cleanup's stops and removals).
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 import grpc.aio
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from exporter.cri import convert
 from exporter.cri.errors import CRIError, NotFound, error_for
 from exporter.cri.listing import LIST_CONTAINERS, LIST_POD_SANDBOX, ListCall, Listing
-from exporter.cri.pb import api_pb2, api_pb2_grpc
+from exporter.cri.pb import api_pb2
 from exporter.model.runtime import (
     Container,
     ContainerStats,
@@ -36,6 +41,8 @@ T = TypeVar("T")
 
 CRI_API_VERSION = "v1"
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # as kubelet
+_RUNTIME = "/runtime.v1.RuntimeService/"
+_IMAGES = "/runtime.v1.ImageService/"
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
     # Reconnect quickly once a restarted runtime listens again.
@@ -68,9 +75,7 @@ class CRIClient:
         self._timeout = timeout
         self._observer = observer
         self._channel: grpc.aio.Channel | None = None
-        self._runtime_stub: Any = None
-        self._image_stub: Any = None
-        self._list_methods: dict[str, Any] = {}  # method path -> its call, replying bytes
+        self._methods: dict[str, Any] = {}  # method path -> its call on the channel
         # The last lists' objects by (id, state): what an unchanged item converts to.
         self._sandboxes: Listing[PodSandbox] = Listing()
         self._containers: Listing[Container] = Listing()
@@ -86,17 +91,22 @@ class CRIClient:
     def _connect(self) -> grpc.aio.Channel:
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self._endpoint, options=_CHANNEL_OPTIONS)
-            self._runtime_stub = api_pb2_grpc.RuntimeServiceStub(self._channel)
-            self._image_stub = api_pb2_grpc.ImageServiceStub(self._channel)
-            self._list_methods = {
-                call.method: self._channel.unary_unary(
-                    call.method,
-                    request_serializer=type(call.request()).SerializeToString,
-                    response_deserializer=None,  # bytes: exporter.cri.listing parses them
-                )
-                for call in (LIST_POD_SANDBOX, LIST_CONTAINERS)
-            }
+            self._methods = {}
         return self._channel
+
+    def _method(self, path: str, request: type[Message], reply: type[Message] | None) -> Any:
+        """The unary call ``path`` on the channel, bound on its first use; a ``reply`` of None
+        leaves the reply as bytes."""
+        channel = self._connect()
+        method = self._methods.get(path)
+        if method is None:
+            method = channel.unary_unary(
+                path,
+                request_serializer=request.SerializeToString,
+                response_deserializer=None if reply is None else reply.FromString,
+            )
+            self._methods[path] = method
+        return method
 
     @property
     def channel(self) -> grpc.aio.Channel:
@@ -105,18 +115,11 @@ class CRIClient:
         return self._connect()
 
     def _list(self, call: ListCall) -> Any:
-        self._connect()
-        return self._list_methods[call.method]
+        # The reply as bytes: exporter.cri.listing parses them.
+        return self._method(call.method, type(call.request()), None)
 
-    @property
-    def _runtime(self) -> Any:
-        self._connect()
-        return self._runtime_stub
-
-    @property
-    def _images(self) -> Any:
-        self._connect()
-        return self._image_stub
+    def _runtime(self, name: str, request: type[Message], reply: type[Message]) -> Any:
+        return self._method(_RUNTIME + name, request, reply)
 
     async def close(self) -> None:
         """Close the channel; a later call opens a new one."""
@@ -164,12 +167,18 @@ class CRIClient:
 
     async def version(self) -> RuntimeVersion:
         reply = await self._call(
-            "version", self._runtime.Version, api_pb2.VersionRequest(version=CRI_API_VERSION)
+            "version",
+            self._runtime("Version", api_pb2.VersionRequest, api_pb2.VersionResponse),
+            api_pb2.VersionRequest(version=CRI_API_VERSION),
         )
         return convert.version(reply)
 
     async def status(self) -> tuple[RuntimeCondition, ...]:
-        reply = await self._call("status", self._runtime.Status, api_pb2.StatusRequest())
+        reply = await self._call(
+            "status",
+            self._runtime("Status", api_pb2.StatusRequest, api_pb2.StatusResponse),
+            api_pb2.StatusRequest(),
+        )
         return convert.conditions(reply)
 
     async def list_pod_sandboxes(self) -> tuple[PodSandbox, ...]:
@@ -185,7 +194,11 @@ class CRIClient:
     async def pod_sandbox_status(self, pod_sandbox_id: str) -> PodSandbox:
         reply = await self._call(
             "podsandbox_status",
-            self._runtime.PodSandboxStatus,
+            self._runtime(
+                "PodSandboxStatus",
+                api_pb2.PodSandboxStatusRequest,
+                api_pb2.PodSandboxStatusResponse,
+            ),
             api_pb2.PodSandboxStatusRequest(pod_sandbox_id=pod_sandbox_id),
         )
         return convert.pod_sandbox(reply.status)
@@ -208,7 +221,9 @@ class CRIClient:
         """
         reply = await self._call(
             "container_status",
-            self._runtime.ContainerStatus,
+            self._runtime(
+                "ContainerStatus", api_pb2.ContainerStatusRequest, api_pb2.ContainerStatusResponse
+            ),
             api_pb2.ContainerStatusRequest(container_id=container_id),
         )
         return convert.container_status(reply.status, pod_sandbox_id)
@@ -216,14 +231,22 @@ class CRIClient:
     async def list_container_stats(self) -> tuple[ContainerStats, ...]:
         reply = await self._call(
             "list_container_stats",
-            self._runtime.ListContainerStats,
+            self._runtime(
+                "ListContainerStats",
+                api_pb2.ListContainerStatsRequest,
+                api_pb2.ListContainerStatsResponse,
+            ),
             api_pb2.ListContainerStatsRequest(),
         )
         return tuple(convert.container_stats(item) for item in reply.stats)
 
     async def image_fs_info(self) -> tuple[FilesystemUsage, ...]:
         reply = await self._call(
-            "image_fs_info", self._images.ImageFsInfo, api_pb2.ImageFsInfoRequest()
+            "image_fs_info",
+            self._method(
+                _IMAGES + "ImageFsInfo", api_pb2.ImageFsInfoRequest, api_pb2.ImageFsInfoResponse
+            ),
+            api_pb2.ImageFsInfoRequest(),
         )
         return tuple(convert.filesystem_usage(item) for item in reply.image_filesystems)
 
@@ -243,7 +266,9 @@ class CRIClient:
         """Stop a sandbox and kill its containers. A sandbox that is gone counts as stopped."""
         await self._cleanup(
             "stop_podsandbox",
-            self._runtime.StopPodSandbox,
+            self._runtime(
+                "StopPodSandbox", api_pb2.StopPodSandboxRequest, api_pb2.StopPodSandboxResponse
+            ),
             api_pb2.StopPodSandboxRequest(pod_sandbox_id=pod_sandbox_id),
             self._timeout if call_timeout is None else call_timeout,
         )
@@ -254,7 +279,11 @@ class CRIClient:
         """Remove a sandbox and its containers. A sandbox that is gone counts as removed."""
         await self._cleanup(
             "remove_podsandbox",
-            self._runtime.RemovePodSandbox,
+            self._runtime(
+                "RemovePodSandbox",
+                api_pb2.RemovePodSandboxRequest,
+                api_pb2.RemovePodSandboxResponse,
+            ),
             api_pb2.RemovePodSandboxRequest(pod_sandbox_id=pod_sandbox_id),
             self._timeout if call_timeout is None else call_timeout,
         )
@@ -266,7 +295,9 @@ class CRIClient:
         """
         await self._cleanup(
             "stop_container",
-            self._runtime.StopContainer,
+            self._runtime(
+                "StopContainer", api_pb2.StopContainerRequest, api_pb2.StopContainerResponse
+            ),
             api_pb2.StopContainerRequest(container_id=container_id, timeout=timeout_seconds),
             self._timeout + max(timeout_seconds, 0),
         )
@@ -275,7 +306,9 @@ class CRIClient:
         """Remove a container. A container that is gone counts as removed."""
         await self._cleanup(
             "remove_container",
-            self._runtime.RemoveContainer,
+            self._runtime(
+                "RemoveContainer", api_pb2.RemoveContainerRequest, api_pb2.RemoveContainerResponse
+            ),
             api_pb2.RemoveContainerRequest(container_id=container_id),
             self._timeout if call_timeout is None else call_timeout,
         )
