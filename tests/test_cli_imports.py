@@ -41,6 +41,8 @@ NOT_THE_AGENTS = (
     "exporter.metrics.nodes",
     "nodesync_sim",  # the commands other packages register
     "importlib.metadata",  # how they are found
+    "psutil",  # two numbers of /proc/meminfo
+    "exporter.cri.pb.api_pb2_grpc",  # every method of the CRI services bound at once
 )
 
 #: ``nodesync agent``'s own command line built (the way ``main`` builds it), then what it runs

@@ -1,7 +1,9 @@
 """Host probe: memory, the filesystems kubelet evicts on, and process-ID headroom.
 
-Everything here reads the local machine only (psutil, ``statvfs``, ``/proc``); it never needs the
-API server. :func:`read_host` is synchronous and cheap; async callers run it in a thread.
+Everything here reads the local machine only (``statvfs``, ``/proc``); it never needs the API
+server. :func:`read_host` is synchronous and cheap; async callers run it in a thread. Memory is
+read from ``/proc/meminfo`` as psutil's ``virtual_memory()`` reads it on Linux, without
+importing psutil (0.4 MiB of every agent's resident memory for two numbers).
 """
 
 from __future__ import annotations
@@ -10,14 +12,13 @@ import os
 import time
 from pathlib import Path
 
-import psutil
-
 from exporter.model.host import FilesystemStat, HostSnapshot
 
 __all__ = [
     "existing_ancestor",
     "read_filesystem",
     "read_host",
+    "read_memory",
     "read_pid_max",
     "read_pids_in_use",
 ]
@@ -99,19 +100,38 @@ def read_pids_in_use(proc_root: str = "/proc") -> int:
         return 0
 
 
+def read_memory(meminfo: str = "/proc/meminfo") -> tuple[int, int]:
+    """The memory's total and what is available (bytes), as kubelet's and psutil's readers see it.
+
+    Available is ``MemAvailable`` (the kernel's estimate, since Linux 3.14); where it is missing
+    or 0, ``MemFree`` plus ``Cached``, as psutil's last fallback; never above the total (a
+    distorted reading inside some containers), where ``MemFree`` is taken instead.
+    """
+    fields: dict[str, int] = {}
+    with open(meminfo, "rb") as lines:
+        for line in lines:
+            name, _, rest = line.partition(b":")
+            value = rest.split()
+            if value:
+                fields[name.decode("ascii", "replace")] = int(value[0]) * 1024
+    total = fields["MemTotal"]
+    available = fields.get("MemAvailable") or fields["MemFree"] + fields.get("Cached", 0)
+    return total, available if available <= total else fields["MemFree"]
+
+
 def read_host(containerd_root: str, kubelet_root: str, proc_root: str = "/proc") -> HostSnapshot:
     """One reading of the host resources kubelet's eviction signals are based on.
 
     ``kubelet_root`` (default ``/var/lib/kubelet``) locates "nodefs", ``containerd_root``
     (default ``/var/lib/containerd``) locates "imagefs"; both are always reported, also when
     they are one filesystem. ``proc_root`` is where the pid limits and task count are
-    read (memory comes from psutil, which reads the host's own ``/proc``).
+    read (memory from the host's own ``/proc``, as before from psutil).
     """
-    memory = psutil.virtual_memory()
+    total, available = read_memory()
     return HostSnapshot(
         taken_at=time.time(),
-        memory_total_bytes=int(memory.total),
-        memory_available_bytes=int(memory.available),
+        memory_total_bytes=total,
+        memory_available_bytes=available,
         filesystems=(
             read_filesystem("nodefs", kubelet_root),
             read_filesystem("imagefs", containerd_root),

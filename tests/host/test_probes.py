@@ -12,6 +12,7 @@ from exporter.host.probes import (
     existing_ancestor,
     read_filesystem,
     read_host,
+    read_memory,
     read_pid_max,
     read_pids_in_use,
 )
@@ -58,6 +59,32 @@ def test_read_host_reports_this_machine(tmp_path: Path) -> None:
         assert 0 <= fs.inodes_free <= fs.inodes_total
     assert 0 < snap.pids_in_use <= snap.pid_max
     assert snap.taken_at > 0
+
+
+def test_memory_is_read_as_psutil_reads_it() -> None:
+    total, available = read_memory()
+    memory = psutil.virtual_memory()
+    assert total == memory.total
+    # Available moves between the two reads; psutil takes MemAvailable too.
+    assert abs(available - memory.available) < max(memory.total // 20, 64 * 2**20)
+
+
+MEMINFO = "MemTotal:       1000 kB\nMemFree:         100 kB\nCached:          300 kB\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "available_kib"),
+    [
+        ("MemAvailable:    600 kB\n", 600),
+        ("", 400),  # before Linux 3.14: free + cached
+        ("MemAvailable:      0 kB\n", 400),  # a kernel's bug, read as psutil does
+        ("MemAvailable:   5000 kB\n", 100),  # above the total: free
+    ],
+)
+def test_memory_available_and_its_fallbacks(tmp_path: Path, extra: str, available_kib: int) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(MEMINFO + extra + "HugePages_Total:       0\n")
+    assert read_memory(str(meminfo)) == (1000 * 1024, available_kib * 1024)
 
 
 def test_real_pid_max_is_the_smaller_kernel_limit() -> None:
