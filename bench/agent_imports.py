@@ -5,7 +5,8 @@ are cumulative: each runs in fresh interpreters (``python -c``) that import ever
 stages before it and then its own modules, and report their resident set (VmRSS), the modules
 loaded and the time the stage's imports took. A stage's cost is its median RSS minus the
 previous stage's. The last stage is not the agent's: it shows what importing the ``kubernetes``
-client package would add on top.
+client package would add on top. Beside the stages, the floor: a fresh interpreter importing
+only grpcio, aiohttp and prometheus_client (as bench.agent_floor does).
 
 No root needed, nothing is started but the interpreters:
 
@@ -35,12 +36,18 @@ STAGES = (
     Stage("interpreter", "pass"),
     Stage("asyncio, ssl", "import asyncio, ssl"),
     Stage("aiohttp (client and web)", "import aiohttp, aiohttp.web"),
-    Stage("grpc, protobuf, the CRI stubs", "import grpc.aio, exporter.cri.pb.api_pb2_grpc"),
-    Stage("prometheus_client, psutil", "import prometheus_client, psutil"),
-    Stage("the command line, parser built", "import exporter.cli; exporter.cli.get_parser({})"),
+    Stage("grpc, protobuf, the CRI messages", "import grpc.aio, exporter.cri.pb.api_pb2"),
+    Stage("prometheus_client", "import prometheus_client"),
+    Stage(
+        "the command line, the agent's parser built",
+        "import exporter.cli; exporter.cli.get_parser({}, command='agent')",
+    ),
     Stage("agent: runtime side (app, serve)", "import exporter.agent.app, exporter.serve"),
     Stage("agent: API side (api_connection)", "import exporter.agent.api_connection"),
     Stage("not the agent's: the kubernetes package", "import kubernetes"),
+)
+FLOOR = Stage(
+    "floor: grpcio, aiohttp, prometheus_client", "import grpc.aio, aiohttp.web, prometheus_client"
 )
 
 _PROBE = """
@@ -86,11 +93,18 @@ def run(repeat: int, argv: list[str] | None = None) -> dict[str, object]:
         )
         before.append(stage.code)
         previous_rss = rss
+    floor = [_measure([], FLOOR.code) for _ in range(repeat)]
     return {
         "machine": where,
         "command": command("bench.agent_imports", argv),
         "repeat": repeat,
         "stages": stages,
+        "floor": {
+            "stage": FLOOR.name,
+            "rss_mib": statistics.median(r[0] for r in floor) / 2**20,
+            "modules": int(statistics.median(r[1] for r in floor)),
+            "import_ms": statistics.median(r[2] for r in floor) * 1000,
+        },
     }
 
 

@@ -14,7 +14,11 @@ selector (spec.nodeName) has real work to do. Measured:
   RSS and peak RSS (VmHWM) after 20 scrapes, and a last check, once the drift grace period is
   over and two more cycles ran, that drift is still 0 everywhere (the uids really match), with
   RSS and peak again, the agent's own sync cycles (``nodesync_sync_duration_seconds``) and how
-  often it read the state and the stats (``nodesync_cri_request_duration_seconds_count``).
+  often it read the state and the stats (``nodesync_cri_request_duration_seconds_count``);
+- **floor**: in the same run, once the agent is stopped, ``bench.agent_floor`` (a bare
+  interpreter with grpcio, aiohttp and prometheus_client: the same calls to the same
+  containerd as bytes, the default registry on /metrics, containerd's events followed), timed
+  and measured as the agent: 20 scrapes, RSS and peak, and again after the same wait.
 
 Run as root (containerd needs it) on a machine with containerd, runc and busybox-static
 (scripts/setup installs them):
@@ -42,7 +46,7 @@ from bench.harness.apiserver import JSONObject, SimAPIServer
 from bench.harness.exposition import sample_value, samples
 from bench.harness.objects import lease_body, lease_path, registered_node
 from bench.harness.pacing import bounded
-from bench.harness.processes import start_nodesync
+from bench.harness.processes import python_child, start_nodesync
 from bench.harness.readiness import time_until_ready
 from bench.harness.report import command, machine
 from bench.harness.samplers import peak_rss_bytes, rss_bytes
@@ -386,6 +390,38 @@ async def time_full_agent(
     }
 
 
+async def time_floor(
+    floor: ChildProcess, base: str, started: float, sync_period: float
+) -> dict[str, Any]:
+    """The floor as the agent is measured: ready (its first cycle made), 20 scrapes, RSS and
+    peak; again after the same wait as the agent's."""
+    pid = floor.pid
+    assert pid is not None, "the floor exited"
+    async with aiohttp.ClientSession() as http:
+        readiness = await time_until_ready(
+            floor,
+            http,
+            f"{base}/metrics",
+            started=started,
+            answered=lambda status: status == 200,
+            ready=lambda status, _: status == 200,
+            interval=0.02,
+            request_timeout=2,
+        )
+        for _ in range(20):
+            await http_get(http, f"{base}/metrics")
+        rss, peak_rss = rss_bytes(pid), peak_rss_bytes(pid)
+        await asyncio.sleep(DRIFT_GRACE_SECONDS + 2 * sync_period)
+        await http_get(http, f"{base}/metrics")
+        return {
+            "listening_s": readiness.answered_s,
+            "rss_bytes": rss,
+            "peak_rss_bytes": peak_rss,
+            "rss_bytes_end": rss_bytes(pid),
+            "peak_rss_bytes_end": peak_rss_bytes(pid),
+        }
+
+
 async def http_get(session: aiohttp.ClientSession, url: str) -> tuple[int, bytes]:
     async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
         return response.status, await response.read()
@@ -406,6 +442,7 @@ async def run(
     api = SimAPIServer(workdir)
     containerd: LocalContainerd | None = None
     agent: ChildProcess | None = None
+    floor: ChildProcess | None = None
     try:
         await api.start()
         started = time.perf_counter()
@@ -430,6 +467,22 @@ async def run(
         full = await time_full_agent(
             agent, f"http://127.0.0.1:{port}", started, pods, sync_period, stats_period > 0
         )
+        agent.stop()
+
+        port = free_port()
+        started = time.monotonic()
+        floor = python_child(
+            "bench.agent_floor",
+            "--port",
+            str(port),
+            "--cri-endpoint",
+            containerd.endpoint,
+            "--period",
+            str(sync_period),
+            log=workdir / "floor.log",
+        )
+        floor.start()
+        floor_figures = await time_floor(floor, f"http://127.0.0.1:{port}", started, sync_period)
         return {
             "machine": where,
             "command": command("bench.agent_node_objects", argv),
@@ -442,11 +495,13 @@ async def run(
             "api_view_synced": view,
             "runtime_pods_s": runtime_pods_s,
             "agent": full,
+            "floor": floor_figures,
             "load_average_1m_at_end": os.getloadavg()[0],
         }
     finally:
-        if agent is not None:
-            agent.stop()
+        for child in (floor, agent):
+            if child is not None:
+                child.stop()
         await api.close()
         if containerd is not None:
             await asyncio.to_thread(containerd.cleanup)
