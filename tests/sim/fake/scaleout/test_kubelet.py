@@ -219,7 +219,7 @@ async def test_a_readiness_taint_holds_the_node_not_ready_until_it_is_removed() 
         faults=[
             {"kind": "readiness_taint", "nodes": ["w-000"], "for_seconds": 1.5},
             {"kind": "readiness_taint", "nodes": ["w-001"], "taint": "readiness.k8s.io/Net"},
-            {"kind": "readiness_taint", "nodes": ["w-002"], "at_seconds": 1, "for_seconds": 1},
+            {"kind": "readiness_taint", "nodes": ["w-002"], "at_seconds": 1, "for_seconds": 3},
         ],
     )
     async with simulating(doc(waves=[wave])) as env:
@@ -229,9 +229,13 @@ async def test_a_readiness_taint_holds_the_node_not_ready_until_it_is_removed() 
         # Registered with the taint, NotReady behind it as a CNI that is not up yet.
         assert _taints(env, "w-001") == ["readiness.k8s.io/Net"]
         await until_async(lambda: not _taints(env, "w-000"), timeout=10.0, what="taint removed")
-        await until_async(
-            lambda: env.ready("w-000")["status"] == "True", timeout=10.0, what="Ready after it"
+        # The kubelet records Ready once its status post returned (the store has it first).
+        ready_at = await until_async(
+            lambda: env.sim.timeline.first("w-000", timeline.READY),
+            timeout=10.0,
+            what="Ready after it",
         )
+        assert env.ready("w-000")["status"] == "True"
         removed = next(
             e.at
             for e in env.audit.entries
@@ -240,8 +244,6 @@ async def test_a_readiness_taint_holds_the_node_not_ready_until_it_is_removed() 
             and e.verb == "patch"
             and e.subresource == ""
         )
-        ready_at = env.sim.timeline.first("w-000", timeline.READY)
-        assert ready_at is not None
         assert ready_at.at >= removed  # Ready once the taint is gone
         # A fault that starts after the registration taints the node then, and clears.
         await until_async(
@@ -249,7 +251,9 @@ async def test_a_readiness_taint_holds_the_node_not_ready_until_it_is_removed() 
             timeout=10.0,
             what="a later taint",
         )
-        assert env.ready("w-002")["status"] == "False"
+        await until_async(
+            lambda: env.ready("w-002")["status"] == "False", timeout=10.0, what="NotReady then"
+        )
         await until_async(lambda: not _taints(env, "w-002"), timeout=10.0, what="cleared")
         await until_async(
             lambda: env.ready("w-002")["status"] == "True", timeout=10.0, what="Ready again"
