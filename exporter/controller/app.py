@@ -23,6 +23,7 @@ from exporter.controller.cluster import ClusterWatch
 from exporter.controller.exposition import SOURCE_APISERVER, controller_families
 from exporter.controller.keys import (
     CLUSTER,
+    COHORT_KEYS,
     GIVEN_API,
     KUBE_API,
     KUBE_METRICS,
@@ -83,6 +84,7 @@ async def _cluster_ctx(app: web.Application) -> AsyncIterator[None]:
         wave_gap=settings.wave_gap,
         collectors=settings.collectors,
         join=settings.join,
+        cohort_keys=app.get(COHORT_KEYS, ()),
     )
     app[CLUSTER] = cluster
     build_info = build_info_family(__version__)

@@ -65,6 +65,7 @@ class ClusterWatch:
         wave_gap: float,
         collectors: NodeCollectors | None = None,
         join: JoinPolicy | None = None,
+        cohort_keys: tuple[str, ...] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         collectors = collectors or NodeCollectors()
@@ -72,7 +73,7 @@ class ClusterWatch:
         # Only what the view and the switched-on series read of each Node is kept.
         summary = functools.partial(
             node_summary,
-            labels=view_labels(wave_label),
+            labels=view_labels(wave_label, cohort_keys),
             conditions=KUBELET_CONDITIONS if collectors.conditions else VIEW_CONDITIONS,
             taints=VIEW_TAINTS | frozenset(join.readiness_taints),
             taint_prefixes=VIEW_TAINT_PREFIXES,
@@ -92,6 +93,7 @@ class ClusterWatch:
         self._clock = clock
         self._collectors = collectors
         self._join_policy = join
+        self._cohort_keys = cohort_keys
         self._joins: JoinTracker | None = (
             JoinTracker(join, since=clock()) if collectors.joins else None
         )
@@ -187,7 +189,15 @@ class ClusterWatch:
         if self._joins is not None:
             join = self._joins.update(node, lease, wave_id, now)
             hold, gates = node_hold(node, self._join_policy, now)
-        view = node_view(node, lease, wave_id, join, readiness_hold=hold, readiness_gates=gates)
+        view = node_view(
+            node,
+            lease,
+            wave_id,
+            join,
+            readiness_hold=hold,
+            readiness_gates=gates,
+            cohort_keys=self._cohort_keys,
+        )
         if self._views.get(name) == view:
             return
         self._writable()[name] = view

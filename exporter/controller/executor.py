@@ -54,7 +54,8 @@ from exporter.kube.ratelimit import AsyncRateLimiter
 from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
 from exporter.model.clusterview import ClusterView
-from exporter.model.guards import budget, correlated_failure
+from exporter.model.cohorts import Cohort
+from exporter.model.guards import budget, correlated_failure, wave_cohorts
 from exporter.model.rollback import QUEUED, Action, NodeRollback, Phase
 from exporter.model.rollback_state import fencing_next
 from exporter.model.step_deadlines import StepTimeouts, earliest_deadlines
@@ -182,6 +183,7 @@ class Executor:
         paused: bool | None = None
         absolute: int | None = None
         wave: int | None = None
+        cohorts: list[Cohort] = []
         synced = self._cluster.synced and self.rollbacks.synced
         if synced:
             view = self._cluster.view()
@@ -189,6 +191,7 @@ class Executor:
             paused = correlated_failure(view, self._policy, now).paused
             left = budget(view, self.rollbacks.guard_state(), self._policy, now)
             absolute, wave = left.absolute_remaining, left.wave_remaining
+            cohorts = wave_cohorts(view, self._policy, now)
         return ExecutorStatus(
             phases=({p.value: n for p, n in self.rollbacks.phases().items()} if synced else None),
             reasons=_bounded(self.rollbacks.reasons()),
@@ -202,6 +205,8 @@ class Executor:
                 if self.lead.leading
                 else None
             ),
+            cohorts=cohorts,
+            cohort_policy=self._policy.cohorts,
             step_deadlines=earliest_deadlines(self.rollbacks.all(), self._timeouts)
             if synced
             else {},

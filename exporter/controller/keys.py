@@ -31,6 +31,8 @@ GIVEN_API = web.AppKey("given_api", bool)
 #: API requests counted in the app's registry (only when the app connects by itself).
 KUBE_METRICS = web.AppKey("kube_metrics", KubeRequestMetrics)
 CLUSTER = web.AppKey("cluster", ClusterWatch)
+#: The cohort keys the executor's guards group nodes by (absent without an executor: none).
+COHORT_KEYS: web.AppKey[tuple[str, ...]] = web.AppKey("cohort_keys")
 #: Further conditions of readiness: each returns None when ready, else why not (the webhook's:
 #: the journal takes writes).
 READINESS: web.AppKey[list[Callable[[], str | None]]] = web.AppKey("readiness")

@@ -135,9 +135,7 @@ async def read_drains(api: KubeAPI, report: Report) -> Report:
     return replace(report, pods=pods)
 
 
-async def read_cluster(
-    api: KubeAPI, *, wave_label: str | None, wave_gap: float, now: float
-) -> ClusterView:
+async def read_cluster(api: KubeAPI, settings: PlanSettings, now: float) -> ClusterView:
     nodes: list[NodeInfo] = []
     for raw in (await api.list(NODES)).items:
         try:
@@ -150,7 +148,12 @@ async def read_cluster(
             leases.append(lease_info(raw))
         except ConversionError:
             continue
-    return build_view(nodes, leases, wave_label=wave_label, gap_seconds=wave_gap, now=now)
+    keys = settings.policy.cohorts.cohort_keys
+    wave_label = settings.wave_label or None
+    gap = settings.wave_gap
+    return build_view(
+        nodes, leases, wave_label=wave_label, gap_seconds=gap, now=now, cohort_keys=keys
+    )
 
 
 async def run(settings: PlanSettings) -> int:
@@ -175,9 +178,7 @@ async def run(settings: PlanSettings) -> int:
     now = time.time()
     try:
         async with KubeAPI(configuration) as api:
-            view = await read_cluster(
-                api, wave_label=settings.wave_label or None, wave_gap=settings.wave_gap, now=now
-            )
+            view = await read_cluster(api, settings, now)
             rollbacks, listed = await read_rollbacks(api)
             report = await read_drains(
                 api, decide(payload.alerts, view, settings.policy, now, rollbacks)

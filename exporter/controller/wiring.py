@@ -39,6 +39,7 @@ from exporter.controller.journal import Journal, JournalError
 from exporter.controller.journal_health import start_journal
 from exporter.controller.keys import (
     CLUSTER,
+    COHORT_KEYS,
     EXECUTOR,
     JOURNAL,
     KUBE_API,
@@ -168,6 +169,7 @@ def executor_extension(
     passes when nothing wakes it (a pass also deletes the NodeRollbacks past their retention)."""
 
     def extend(app: web.Application) -> None:
+        app[COHORT_KEYS] = settings.policy.cohorts.cohort_keys  # the cluster view keeps them
         app.cleanup_ctx.append(
             functools.partial(_executor_ctx, settings, schedule, lead, poll_interval)
         )

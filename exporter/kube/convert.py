@@ -86,12 +86,38 @@ def _namespaced(meta: NamespacedMeta) -> NamespacedMeta:
 # ---------------------------------------------------------------- nodes
 
 
+def _build(status: NodeStatus) -> tuple[str, str, str, str]:
+    """What the node was built from, one shared tuple per distinct build (bounded: a cache of
+    every Node holds few distinct ones)."""
+    info = status.node_info
+    if info is None:
+        return _NO_BUILD
+    build = (
+        info.kubelet_version,
+        info.container_runtime_version,
+        info.os_image,
+        info.kernel_version,
+    )
+    shared = _BUILDS.get(build)
+    if shared is None:
+        shared = build
+        if len(_BUILDS) < _MAX_BUILDS:
+            _BUILDS[build] = build
+    return shared
+
+
+_NO_BUILD = ("", "", "", "")
+_MAX_BUILDS = 1024
+_BUILDS: dict[tuple[str, str, str, str], tuple[str, str, str, str]] = {}
+
+
 def node_info(obj: JSONObject) -> NodeInfo:
     node = decoded(obj, Node)
     meta = node.metadata
     spec = node.spec or _EMPTY_NODE_SPEC
     status = node.status or _EMPTY_NODE_STATUS
     return NodeInfo(
+        build=_build(status),
         name=meta.name,
         uid=meta.uid,
         created_at=timestamp(meta.creation_timestamp) or 0.0,
@@ -123,15 +149,19 @@ _EFFECTS = {e: e for e in ("NoSchedule", "PreferNoSchedule", "NoExecute")}
 
 
 #: Keys of a Node (at any depth) that :func:`node_summary` never reads: big parts of a Node (its
-#: images, node info, capacity, addresses, managed fields, annotations) and the text of its
-#: conditions. None of them is a key of a list's own metadata.
+#: images, the node info's identifiers, capacity, addresses, managed fields, annotations) and the
+#: text of its conditions. None of them is a key of a list's own metadata.
 NODE_SUMMARY_UNREAD = frozenset(
     {
         "annotations",
         "managedFields",
         "ownerReferences",
         "images",
-        "nodeInfo",
+        # of nodeInfo, what a cohort does not read (exporter.model.cohorts)
+        "machineID",
+        "systemUUID",
+        "bootID",
+        "kubeProxyVersion",
         "capacity",
         "allocatable",
         "addresses",
@@ -180,10 +210,10 @@ def node_summary(
     """A Node reduced to what a cache of every Node needs (the controller's): the label keys
     given, the condition types given (type, status and last transition; no reason, no
     heartbeat) and the taint keys given or under one of the prefixes given (key and effect; no
-    value, no time); no annotations, no
-    resourceVersion (the informer keeps it). Equal to ``node_info`` with everything else left
-    out, and checked the same way; the strings of the bounded sets are shared, not one copy per
-    Node."""
+    value, no time), and what the node was built from (one tuple shared by the nodes built
+    alike); no annotations, no resourceVersion (the informer keeps it). Equal to ``node_info``
+    with everything else left out, and checked the same way; the strings of the bounded sets
+    are shared, not one copy per Node."""
     node = decoded(obj, Node)
     meta = node.metadata
     spec = node.spec or _EMPTY_NODE_SPEC
@@ -209,6 +239,7 @@ def node_summary(
     ]
     raw_labels = meta.labels or {}
     return NodeInfo(
+        build=_build(status),
         name=meta.name,
         uid=meta.uid,
         created_at=timestamp(meta.creation_timestamp) or 0.0,

@@ -59,8 +59,16 @@ class NodeConditionWire(ApiStruct, frozen=True, gc=False):
     last_heartbeat_time: str | None = None
 
 
+class NodeSystemInfo(ApiStruct, frozen=True, gc=False):
+    kubelet_version: str = ""
+    container_runtime_version: str = ""
+    os_image: str = ""
+    kernel_version: str = ""
+
+
 class NodeStatus(ApiStruct, frozen=True, gc=False):
     conditions: list[NodeConditionWire] | None = None
+    node_info: NodeSystemInfo | None = None
 
 
 class Node(ApiStruct, frozen=True, gc=False):

@@ -8,12 +8,14 @@ Every label takes values from a fixed set, and every combination exists from the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from exporter.metrics.cohorts import cohort_families
 from exporter.metrics.holds import Held, held_family
+from exporter.model.cohorts import Cohort, CohortPolicy
 
 # ``action``: the step kinds (exporter.model.rollback.StepKind values), and ``undo`` for giving a
 # node that recovered before it was drained back to the scheduler.
@@ -55,6 +57,9 @@ class ExecutorStatus:
     #: The firing action alerts a guard holds back, as the leader's last pass found them
     #: (exporter.model.holds): (alertname, node, reason) each; None where it does not lead.
     held: tuple[Held, ...] | None = None
+    #: The cohorts of the waves at risk (exporter.model.cohorts), judged by ``cohort_policy``.
+    cohorts: Sequence[Cohort] = ()
+    cohort_policy: CohortPolicy = field(default_factory=CohortPolicy)
 
 
 class RollbackMetrics:
@@ -157,4 +162,5 @@ class RollbackMetrics:
                     value=status.api_write_tokens,
                 )
             )
+        families += cohort_families(status.cohorts, status.cohort_policy)
         return families

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from exporter.model.cohorts import BUILD_KEYS, node_cohorts
 from exporter.model.health import NodeHealth, counts, node_health
 from exporter.model.joins import (
     NETWORK_UNAVAILABLE,
@@ -93,6 +94,8 @@ class NodeView:
     # and those taints' keys
     readiness_hold: str | None = None
     readiness_gates: tuple[str, ...] = ()
+    # its cohorts (exporter.model.cohorts): (key, value) for each cohort key it has a value for
+    cohorts: tuple[tuple[str, str], ...] = ()
 
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -181,10 +184,16 @@ VIEW_TAINTS = TAINTS_THAT_MATTER | OTHER_REMEDIATOR_TAINTS
 VIEW_TAINT_PREFIXES = (READINESS_PREFIX,)
 
 
-def view_labels(wave_label: str | None) -> frozenset[str]:
-    """The label keys the view reads: control plane, protected, and the wave label."""
+def view_labels(wave_label: str | None, cohort_keys: Iterable[str] = ()) -> frozenset[str]:
+    """The label keys the view reads: control plane, protected, the wave label, and the
+    cohort keys that are labels."""
     return frozenset(
-        {*CONTROL_PLANE_LABELS, PROTECTED_LABEL, *([wave_label] if wave_label else [])}
+        {
+            *CONTROL_PLANE_LABELS,
+            PROTECTED_LABEL,
+            *([wave_label] if wave_label else []),
+            *(k for k in cohort_keys if k not in BUILD_KEYS),
+        }
     )
 
 
@@ -207,6 +216,7 @@ def node_view(
     *,
     readiness_hold: str | None = None,
     readiness_gates: tuple[str, ...] = (),
+    cohort_keys: Iterable[str] = (),
 ) -> NodeView:
     taint_keys = {t.key for t in node.taints}
     return NodeView(
@@ -225,6 +235,7 @@ def node_view(
         join=join,
         readiness_hold=readiness_hold,
         readiness_gates=readiness_gates if readiness_hold is not None else (),
+        cohorts=node_cohorts(node.build, node.labels, cohort_keys),
     )
 
 
@@ -238,11 +249,13 @@ def build_view(
     tracker: WaveTracker | None = None,
     joins: Mapping[str, JoinStages] | None = None,
     join_policy: JoinPolicy | None = None,
+    cohort_keys: Iterable[str] = (),
 ) -> ClusterView:
     """The view of every node that exists now. Pass the same ``tracker`` to every build so wave
     sizes stay frozen; without one, waves are judged from these nodes alone. ``joins``: the
     joining nodes' stages, by name (exporter.model.joins); ``join_policy``: judge each node's
-    readiness hold by it (none without)."""
+    readiness hold by it (none without); ``cohort_keys``: the keys of the nodes' cohorts
+    (exporter.model.cohorts; none without)."""
     current = list(nodes)
     tracker = tracker if tracker is not None else WaveTracker()
     waves = tracker.snapshot(current, now=now, gap_seconds=gap_seconds, wave_label=wave_label)
@@ -258,5 +271,6 @@ def build_view(
             joins.get(n.name),
             readiness_hold=hold,
             readiness_gates=gates,
+            cohort_keys=cohort_keys,
         )
     return ClusterView(now, views, waves.waves)

@@ -8,8 +8,9 @@ values of ``nodesync_alert_held`` (exporter.metrics.holds):
 - ``budget``: the blast radius (``blast_radius_absolute``, ``blast_radius_fraction``);
 - ``pause``: the correlated-failure guard (``correlated_failure``): the alert waits and is
   decided again at every pass, so it goes on by itself once the established nodes recover;
-- ``cohort``: reserved for the cohort breaker (a bad image's nodes held together), not built yet:
-  nothing holds an alert with it today;
+- ``cohort``: the cohort breaker (``cohort``: the nodes of a wave built alike that fail together,
+  exporter.model.cohorts): the alert waits and is decided again at every pass, so it goes on by
+  itself once fewer of the cohort fail;
 - ``exemption``: a node nodesync never touches (``control_plane``, ``protected``,
   ``other_remediator``);
 - ``window``: the node joined before the scale-out window (``scale_out_window``): not a failed
@@ -32,6 +33,7 @@ from typing import Final
 from exporter.model import guards
 from exporter.model.alerts import FIRING, Alert
 from exporter.model.clusterview import ClusterView
+from exporter.model.cohorts import breaker
 from exporter.model.names import shown
 from exporter.model.rfc3339 import format_time
 from exporter.model.rollback import Action
@@ -43,7 +45,7 @@ EXEMPTION: Final = "exemption"
 WINDOW: Final = "window"
 DRY_RUN: Final = "dry_run"
 
-#: Every hold reason, in the order an operator reads them (``cohort`` reserved).
+#: Every hold reason, in the order an operator reads them.
 HOLD_REASONS: Final = (BUDGET, PAUSE, COHORT, EXEMPTION, WINDOW, DRY_RUN)
 
 #: The guard's refusal reason -> the hold reason it is reported as.
@@ -51,6 +53,7 @@ GUARD_HOLDS: Final = {
     guards.BLAST_RADIUS_ABSOLUTE: BUDGET,
     guards.BLAST_RADIUS_FRACTION: BUDGET,
     guards.CORRELATED_FAILURE: PAUSE,
+    guards.COHORT: COHORT,
     guards.CONTROL_PLANE: EXEMPTION,
     guards.PROTECTED: EXEMPTION,
     guards.OTHER_REMEDIATOR: EXEMPTION,
@@ -124,6 +127,21 @@ def _pause(view: ClusterView, policy: guards.GuardPolicy, now: float) -> tuple[s
     )
 
 
+def _cohort(node: str, view: ClusterView, policy: guards.GuardPolicy, now: float) -> str:
+    seen = view.node(node)
+    grace = policy.node_monitor_grace_period
+    held = breaker(seen, view.nodes, policy.cohorts, now, grace) if seen is not None else None
+    if held is None:
+        return "its cohort's breaker is closed now"
+    c = held.cohort
+    return (
+        f"{c.failing.get(held.mode, 0)} of {c.nodes} nodes of cohort {c.key}={c.value} in wave "
+        f"{c.wave} failing ({held.mode}; opens at --cohort.min-nodes "
+        f"{policy.cohorts.cohort_min_nodes} and --cohort.fraction "
+        f"{policy.cohorts.cohort_fraction:g})"
+    )
+
+
 _EXEMPTIONS: Final = {
     guards.CONTROL_PLANE: (
         "a control-plane node",
@@ -166,6 +184,9 @@ def hold_of(
         figure, release = _budget(guard, node, view, state, policy, now)
     elif reason == PAUSE:
         figure, release = _pause(view, policy, now)
+    elif reason == COHORT:
+        figure = _cohort(node, view, policy, now)
+        release = "fewer of the cohort fail: the alert is decided again at the next pass"
     elif reason == EXEMPTION:
         what, release = _EXEMPTIONS[guard]
         figure = f"node {node} is {what}"

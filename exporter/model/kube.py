@@ -46,6 +46,9 @@ class NodeInfo:
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
     conditions: tuple[NodeCondition, ...] = ()
+    #: status.nodeInfo's kubeletVersion, containerRuntimeVersion, osImage and kernelVersion
+    #: ("" when not reported): what the node was built from (exporter.model.cohorts)
+    build: tuple[str, str, str, str] = ("", "", "", "")
 
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)

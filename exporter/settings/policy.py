@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.model.cohorts import CohortPolicy
 from exporter.model.drain import DrainPolicy
 from exporter.model.guards.policy import GuardPolicy
+from exporter.settings.cohorts import CohortSettings
 from exporter.settings.declare import group, model_of, setting
 from exporter.settings.values import (
     BOOLEAN,
@@ -118,6 +120,7 @@ class GuardSettings:
         aliases=("--max-concurrent-rollbacks",),
     )
     drain: DrainPolicy = group(DrainSettings, builds=DrainPolicy)  # which pods a drain evicts
+    cohorts: CohortPolicy = group(CohortSettings, builds=CohortPolicy)  # the cohort breaker
 
 
 def default_policy() -> GuardPolicy:

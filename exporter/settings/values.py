@@ -169,6 +169,19 @@ def taint_keys(text: str) -> tuple[str, ...]:
     return tuple(sorted(set(keys)))
 
 
+def cohort_keys(text: str) -> tuple[str, ...]:
+    """Cohort keys separated by commas (empty: none), each a name of the Node's build
+    (``os_image`` ...) or a label key, as the API takes one; in their order, each once, at
+    most 12."""
+    keys = list(dict.fromkeys(key.strip() for key in text.split(",") if key.strip()))
+    for key in keys:
+        if not _TAINT_KEY.fullmatch(key):
+            raise _invalid(f"invalid key {key!r}: use e.g. os_image or topology.kubernetes.io/zone")
+    if len(keys) > 12:
+        raise _invalid(f"{len(keys)} keys: at most 12")
+    return tuple(keys)
+
+
 _TAINT_KEY = re.compile(
     r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
@@ -216,5 +229,6 @@ COUNT = Kind("N", count)
 POSITIVE_COUNT = Kind("N", positive_count)
 POSITIVE_NUMBER = Kind("NUMBER", positive_number)
 TAINT_KEYS = Kind("KEY,...", taint_keys)
+COHORT_KEYS = Kind("KEY,...", cohort_keys)
 
 AnyKind = Kind[Any]

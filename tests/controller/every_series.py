@@ -15,6 +15,7 @@ from exporter.metrics.nodes import NodeCollectors, join_families
 from exporter.metrics.rollback import ExecutorStatus, RollbackMetrics
 from exporter.metrics.selfmetrics import SourceStatus, build_info_family, register_process_metrics
 from exporter.model.clusterview import ClusterView, build_view
+from exporter.model.cohorts import Cohort
 from exporter.model.joins import JoinPolicy, JoinTracker
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeCondition, Taint
 from exporter.model.waves import WaveTracker
@@ -145,6 +146,10 @@ def rich_rollback(registry: CollectorRegistry) -> None:
             ("NodesyncNewNodeNotReady", "new-7", "budget"),
             ("NodesyncNewNodePodPending", "new-8", "exemption"),
         ),
+        cohorts=[
+            Cohort("w1", "os_image", "bad image", 20, {"not_ready": 18}),
+            Cohort("w1", "topology.kubernetes.io/zone", "eu-1a", 80, {"lease_lost": 2}),
+        ],
     )
     registry.register(SnapshotCollector(lambda: metrics.families(status)))
 

@@ -84,8 +84,21 @@ FULL_NODE: dict[str, Any] = {
             {"type": "DiskPressure", "status": "False"},
         ],
         "capacity": {"cpu": "4", "memory": "16Gi"},
+        "nodeInfo": {
+            "machineID": "0f3c",
+            "systemUUID": "ec2a",
+            "bootID": "77b1",
+            "kernelVersion": "6.1.0-18-cloud-amd64",
+            "osImage": "Debian GNU/Linux 12 (bookworm)",
+            "containerRuntimeVersion": "containerd://1.7.20",
+            "kubeletVersion": "v1.30.2",
+            "kubeProxyVersion": "v1.30.2",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
     },
 }
+BUILD = ("v1.30.2", "containerd://1.7.20", "Debian GNU/Linux 12 (bookworm)", "6.1.0-18-cloud-amd64")
 
 
 SPARSE_NODE: dict[str, Any] = {
@@ -127,6 +140,7 @@ SPARSE_NODE: dict[str, Any] = {
                     ),
                     NodeCondition("DiskPressure", "False"),
                 ),
+                build=BUILD,
             ),
             id="full",
         ),
@@ -175,6 +189,13 @@ def test_what_node_summary_never_reads_can_be_dropped_while_decoding(obj: dict[s
     assert pruned["metadata"] == {"resourceVersion": "9"}
     assert "annotations" not in json.dumps(pruned)
     assert summary(pruned["items"][0]) == summary(obj)
+    assert "machineID" not in json.dumps(pruned)  # what a cohort does not read of nodeInfo
+
+
+def test_nodes_built_alike_share_their_build() -> None:
+    other = json.loads(json.dumps(FULL_NODE))
+    other["metadata"]["name"] = "node-b"
+    assert node_info(FULL_NODE).build is node_info(other).build == BUILD
 
 
 @pytest.mark.parametrize("obj", [FULL_NODE, SPARSE_NODE, {"metadata": {"name": "bare"}}])
@@ -197,6 +218,7 @@ def test_node_summary_is_node_info_with_the_rest_left_out(obj: dict[str, Any]) -
             for c in full.conditions
             if c.type in kept_conditions
         ),
+        build=full.build,
     )
 
 

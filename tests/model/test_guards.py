@@ -470,3 +470,31 @@ def test_never_touch_a_live_node(n: NodeInfo, expected: str | None) -> None:
     view = view_of([n])
     by_view = evaluate(plan_for(view, n.name), view, GuardState(), POLICY, NOW)
     assert (by_view.reason if by_view and by_view.reason in REASONS[1:4] else None) == expected
+
+
+def test_a_bad_image_cohort_waits_while_other_cohorts_go_on() -> None:
+    good = ("v1.30.2", "containerd://1.7.20", "good image", "6.1")
+    bad = ("v1.30.2", "containerd://1.7.20", "bad image", "6.1")
+    failing = ready("False", NOW - 8 * MIN)
+    nodes = [replace(new_node(f"good-{i:03}", conditions=ready()), build=good) for i in range(177)]
+    nodes += [replace(new_node(f"sick-{i}", conditions=failing), build=good) for i in range(3)]
+    nodes += [
+        replace(new_node(f"bad-{i:02}", conditions=failing if i < 18 else ready()), build=bad)
+        for i in range(20)
+    ]
+    view = build_view(nodes, (), wave_label=None, now=NOW, cohort_keys=("os_image",))
+    state = GuardState()
+    outcome: Counter[str] = Counter()
+    for name in [*(f"bad-{i:02}" for i in range(18)), *(f"sick-{i}" for i in range(3))]:
+        plan = plan_for(view, name)
+        refusal = evaluate(plan, view, state, POLICY, NOW)
+        if refusal is None:
+            state.accept(name, plan, NOW)
+        outcome[f"{name[:3]}:{refusal.reason if refusal else 'accepted'}"] += 1
+    assert outcome == {"bad:cohort": 18, "sic:accepted": 3}
+    assert "cohort" in DEFERRING
+    refusal = evaluate(plan_for(view, "bad-00"), view, state, POLICY, NOW)
+    assert refusal is not None
+    assert refusal.detail.startswith("18 of 20 nodes of cohort os_image=bad image in wave ")
+    # A pod's eviction is not a node rollback: the breaker does not hold it.
+    assert reason(view, plan_for(view, "bad-01", "evict_pod")) == ""

@@ -64,17 +64,21 @@ class Case:
     policy: GuardPolicy = POLICY
     rolled_back: tuple[str, ...] = ()  # nodes of the wave rolled back a minute ago
     dry_run: bool = False
+    cohort_keys: tuple[str, ...] = ()  # the view groups the nodes by these
 
 
 WAVE = tuple(failing(f"new-{i}") for i in range(1, 11))
 OLD_NODES = tuple(healthy_old(f"old-{i}") for i in range(1, 5))
+#: The wave built from one bad image (every node of it failing for 9.5 minutes).
+BAD_IMAGE = tuple(replace(n, build=("v1.30.2", "containerd://1.7.20", "bad", "6.1")) for n in WAVE)
 #: Three of the four established nodes started failing 3 minutes ago: a control-plane blip.
 BLIP = (*OLD_NODES[:1], *(failing(f"old-{i}", OLD, since=NOW - 3 * MIN) for i in (2, 3, 4)))
 
 
 def _view(case: Case) -> ClusterView:
     names = [n.name for n in case.nodes]
-    return build_view(case.nodes, [lease(n, NOW) for n in names], wave_label=None, now=NOW)
+    leases = [lease(n, NOW) for n in names]
+    return build_view(case.nodes, leases, wave_label=None, now=NOW, cohort_keys=case.cohort_keys)
 
 
 def _state(case: Case, view: ClusterView) -> GuardState:
@@ -141,6 +145,10 @@ def hold_for(case: Case, about: Alert | None = None) -> Hold | None:
         pytest.param(
             Case((*WAVE, *OLD_NODES), dry_run=True), DRY_RUN, DRY_RUN, id="dry-run",
         ),
+        pytest.param(
+            Case((*BAD_IMAGE, *OLD_NODES), cohort_keys=("os_image",)),
+            COHORT, "cohort", id="a-bad-image",
+        ),
     ],
 )  # fmt: skip
 def test_the_reason_chosen_for_each_guard(case: Case, reason: str | None, guard: str) -> None:
@@ -158,9 +166,18 @@ def test_every_guard_reason_but_an_unknown_node_has_a_hold_reason() -> None:
     assert {hold_reason(r) for r in guards.REASONS} - {None} == set(GUARD_HOLDS.values())
     assert [r for r in guards.REASONS if hold_reason(r) is None] == [guards.UNKNOWN_NODE]
     assert all(hold_reason(r) is None for r in planner.REASONS)
-    # cohort is reserved (the cohort breaker is not built): listed, never chosen
-    assert set(HOLD_REASONS) == {*GUARD_HOLDS.values(), COHORT, DRY_RUN}
-    assert COHORT not in GUARD_HOLDS.values()
+    assert set(HOLD_REASONS) == {*GUARD_HOLDS.values(), DRY_RUN}
+    assert GUARD_HOLDS[guards.COHORT] == COHORT
+
+
+def test_a_cohort_hold_names_the_cohort_and_its_figures() -> None:
+    held = hold_for(Case((*BAD_IMAGE, *OLD_NODES), cohort_keys=("os_image",)))
+    assert held is not None
+    assert held.figure.startswith("10 of 10 nodes of cohort os_image=bad in wave ")
+    assert held.figure.endswith(
+        "failing (not_ready; opens at --cohort.min-nodes 5 and --cohort.fraction 0.5)"
+    )
+    assert held.release.startswith("fewer of the cohort fail")
 
 
 def test_the_figures_and_what_releases_them() -> None:

@@ -19,19 +19,23 @@ This package's face: the names callers use, from its modules ``policy`` (what th
   nodes joined before the scale-out window and did not start failing inside it (a failed join
   stays a failed join after its window closed). Failing: Ready is not True, or the Lease was not
   renewed within ``node_monitor_grace_period``. That is control-plane trouble, not a bad join.
+- ``cohort``: a node rollback of a node whose cohort's breaker is open for the way it fails
+  (exporter.model.cohorts: at least ``cohort_min_nodes`` and ``cohort_fraction`` of the nodes
+  of its wave built alike fail that way) waits: what they were built from is the problem, and
+  rolling them back one by one would only bring more of the same; other cohorts go on.
 - ``blast_radius_fraction``: at most ``max_rollback_fraction`` of the node's wave (at least one
   node), over the lifetime of the wave. The wave's size is frozen when the wave closes
   (exporter.model.waves), so rolling nodes back never raises the cap.
 - ``blast_radius_absolute``: at most ``max_rollbacks`` nodes rolled back within any sliding
   window of ``max_rollbacks_window``, whatever their wave.
-Blast radius applies to node rollbacks (``rollback_node``) only: evicting one pod or cleaning a
-node's orphans does not take a node away. Every other guard applies to every plan.
-``correlated_failure`` is a *deferring* reason (see ``DEFERRING``): the plan is not refused for
-good, it waits and is evaluated again. An alert about a node that has a rollback already joins
-or escalates it (exporter.model.decision) instead of being judged again. How many rollbacks go
-past their cordon and taint at once (``max_concurrent_rollbacks``) is the executor's queue, not a
-refusal; the API write budget (the token bucket) is enforced by the writer and only reported
-here.
+The cohort breaker and blast radius apply to node rollbacks (``rollback_node``) only: evicting
+one pod or cleaning a node's orphans does not take a node away. Every other guard applies to
+every plan. ``correlated_failure`` and ``cohort`` are *deferring* reasons (see ``DEFERRING``):
+the plan is not refused for good, it waits and is evaluated again. An alert about a node that
+has a rollback already joins or escalates it (exporter.model.decision) instead of being judged
+again. How many rollbacks go past their cordon and taint at once (``max_concurrent_rollbacks``)
+is the executor's queue, not a refusal; the API write budget (the token bucket) is enforced by
+the writer and only reported here.
 
 The rollbacks decided so far (:class:`GuardState`) are the NodeRollbacks in the cluster, so a
 controller that takes over after a failover counts what the one before it decided.
@@ -43,6 +47,7 @@ from exporter.model.guards.budget import Budget, WaveBudget, budget, wave_budget
 from exporter.model.guards.checks import (
     BLAST_RADIUS_ABSOLUTE,
     BLAST_RADIUS_FRACTION,
+    COHORT,
     CONTROL_PLANE,
     CORRELATED_FAILURE,
     DEFERRING,
@@ -56,6 +61,7 @@ from exporter.model.guards.checks import (
     evaluate,
     in_scaleout_window,
     never_touch,
+    wave_cohorts,
 )
 from exporter.model.guards.ledger import Decided, GuardState
 from exporter.model.guards.policy import GuardPolicy
@@ -63,6 +69,7 @@ from exporter.model.guards.policy import GuardPolicy
 __all__ = [
     "BLAST_RADIUS_ABSOLUTE",
     "BLAST_RADIUS_FRACTION",
+    "COHORT",
     "CONTROL_PLANE",
     "CORRELATED_FAILURE",
     "DEFERRING",
@@ -83,5 +90,6 @@ __all__ = [
     "in_scaleout_window",
     "never_touch",
     "wave_budget",
+    "wave_cohorts",
     "wave_limit",
 ]

@@ -1,6 +1,6 @@
 """The guards, checked in order by :func:`evaluate` (see exporter.model.guards): nodes never
-touched, the scale-out window, correlated failure, the blast radius. Each refusal has a bounded
-``reason`` (REASONS)."""
+touched, the scale-out window, correlated failure, the cohort breaker, the blast radius. Each
+refusal has a bounded ``reason`` (REASONS)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from exporter.model.clusterview import (
     ClusterView,
     NodeView,
 )
+from exporter.model.cohorts import Cohort, breaker, cohorts
 from exporter.model.guards.budget import wave_budget
 from exporter.model.guards.ledger import GuardState
 from exporter.model.guards.policy import EPSILON, GuardPolicy
@@ -27,6 +28,7 @@ SCALE_OUT_WINDOW = "scale_out_window"
 CORRELATED_FAILURE = "correlated_failure"
 BLAST_RADIUS_ABSOLUTE = "blast_radius_absolute"
 BLAST_RADIUS_FRACTION = "blast_radius_fraction"
+COHORT = "cohort"
 UNKNOWN_NODE = "unknown_node"
 
 REASONS = (
@@ -36,12 +38,13 @@ REASONS = (
     OTHER_REMEDIATOR,
     SCALE_OUT_WINDOW,
     CORRELATED_FAILURE,
+    COHORT,
     BLAST_RADIUS_ABSOLUTE,
     BLAST_RADIUS_FRACTION,
 )
 
 # Reasons that hold a plan back for now rather than refuse it: evaluate it again later.
-DEFERRING = frozenset({CORRELATED_FAILURE})
+DEFERRING = frozenset({CORRELATED_FAILURE, COHORT})
 
 
 def in_scaleout_window(
@@ -82,6 +85,20 @@ def correlated_failure(view: ClusterView, policy: GuardPolicy, now: float) -> Co
         and failing / established + EPSILON >= policy.correlated_failure_fraction
     )
     return CorrelatedFailure(established=established, failing=failing, paused=paused)
+
+
+def wave_cohorts(view: ClusterView, policy: GuardPolicy, now: float) -> list[Cohort]:
+    """The cohorts of the waves that can still be rolled back (a node inside its scale-out
+    window), with their figures (exporter.model.cohorts), for the metrics."""
+    at_risk = {
+        w.id
+        for w in view.waves
+        if w.newest_created is not None and now - w.newest_created < policy.scaleout_window
+    }
+    if not at_risk or not policy.cohorts.cohort_keys:
+        return []
+    members = (n for n in view.nodes if n.wave_id in at_risk)
+    return cohorts(members, policy.cohorts, now, policy.node_monitor_grace_period)
 
 
 def _never_touch(
@@ -133,6 +150,9 @@ def evaluate(
         )
     if plan.action is not Action.ROLLBACK_NODE:
         return None
+    held = breaker(node, view.nodes, policy.cohorts, now, policy.node_monitor_grace_period)
+    if held is not None:
+        return Refusal(COHORT, held.detail(policy.cohorts))
     wave = wave_budget(view, state, policy, node.wave_id)
     if node.name not in state.nodes_in_wave(node.wave_id) and wave.used >= wave.limit:
         return Refusal(

@@ -3,8 +3,9 @@ in exporter.settings.policy)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from exporter.model.cohorts import CohortPolicy
 from exporter.model.drain import DrainPolicy
 
 #: Fractions are compared with this tolerance, so that 0.1 of 100 nodes is 10, not 9.
@@ -26,3 +27,4 @@ class GuardPolicy:
     node_monitor_grace_period: float  # seconds: a Lease older than this is stale
     max_concurrent_rollbacks: int  # node rollbacks past their cordon and taint at once
     drain: DrainPolicy  # which pods a drain evicts
+    cohorts: CohortPolicy = field(default_factory=CohortPolicy)  # the cohort breaker
