@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+import msgspec
+
 from nodesync_sim.fake.scaleout.scenario import (
     CNI_STARTUP_TAINT,
     CRASH_LOOP,
@@ -79,6 +81,7 @@ class NodePlan:
     faults: tuple[Fault, ...] = ()
     taints: tuple[Taint, ...] = ()
     orphan_sandboxes: int = 0  # in its simulated runtime before it registers
+    node_info: Mapping[str, str] = field(default_factory=dict)  # status.nodeInfo's, by field
 
     @property
     def pods(self) -> tuple[PodPlan, ...]:
@@ -182,6 +185,20 @@ class _Marked:
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     orphan_sandboxes: int = 0
+    node_info: dict[str, str] = field(default_factory=dict)
+
+
+def _node_info(mark: MarkSpec) -> dict[str, str]:
+    """The mark's nodeInfo fields, by their camelCase names in the Node."""
+    if mark.node_info is None:
+        return {}
+    given = msgspec.structs.asdict(mark.node_info)
+    return {_camel(k): v for k, v in given.items() if v is not None}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
 
 
 def _marked(
@@ -201,6 +218,7 @@ def _marked(
                 {**was.labels, **mark.labels},
                 (*was.taints, *mark.taints),
                 was.orphan_sandboxes + mark.orphan_sandboxes,
+                {**was.node_info, **_node_info(mark)},
             )
     return out
 
@@ -225,6 +243,7 @@ def layout(scenario: Scenario) -> Layout:
                 faults=tuple(_fault(spec, app) for _, spec in old_faults[name]),
                 taints=old_marks[name].taints,
                 orphan_sandboxes=old_marks[name].orphan_sandboxes,
+                node_info=old_marks[name].node_info,
             )
         )
     for wave in scenario.waves:
@@ -246,6 +265,7 @@ def layout(scenario: Scenario) -> Layout:
                     faults=tuple(_fault(spec, app) for _, spec in wave_faults[name]),
                     taints=wave_marks[name].taints,
                     orphan_sandboxes=wave_marks[name].orphan_sandboxes,
+                    node_info=wave_marks[name].node_info,
                 )
             )
         real = scenario.real_node

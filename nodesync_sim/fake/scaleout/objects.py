@@ -16,6 +16,8 @@ from nodesync_sim.fake.scaleout.scenario import Taint
 JSONObject = dict[str, Any]
 
 KUBELET_VERSION: Final = "v1.30.0-nodesync-sim"
+OS_IMAGE: Final = "nodesync-sim"
+KERNEL_VERSION: Final = "6.1.0-sim"
 
 # Ready reasons and messages as kubelet writes them.
 READY_REASON: Final = "KubeletReady"
@@ -131,8 +133,11 @@ def node_body(
                 "containerRuntimeVersion": "containerd://1.6.20"
                 if plan.role == "real"
                 else "sim://0",
+                "osImage": OS_IMAGE,
+                "kernelVersion": KERNEL_VERSION,
                 "operatingSystem": "linux",
                 "architecture": "amd64",
+                **plan.node_info,
             },
         },
     }

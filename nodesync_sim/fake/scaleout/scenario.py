@@ -98,12 +98,24 @@ class Taint(Section, frozen=True):
     value: LabelValue = ""
 
 
+class NodeInfoSpec(Section, frozen=True):
+    """What a node reports it was built from (its Node's ``status.nodeInfo``); None: the
+    simulator's own."""
+
+    kubelet_version: str | None = None
+    container_runtime_version: str | None = None
+    os_image: str | None = None
+    kernel_version: str | None = None
+
+
 class MarkSpec(Section, frozen=True):
-    """What some nodes of a group have from the moment they register: extra labels, taints, and
-    orphan sandboxes (sandboxes of pods the API server does not know, left in the node's
-    simulated runtime). On ``nodes`` by name or a ``share`` of the group's simulated nodes."""
+    """What some nodes of a group have from the moment they register: extra labels, taints,
+    what they were built from (``node_info``), and orphan sandboxes (sandboxes of pods the API
+    server does not know, left in the node's simulated runtime). On ``nodes`` by name or a
+    ``share`` of the group's simulated nodes."""
 
     labels: dict[LabelKey, LabelValue] = msgspec.field(default_factory=dict)
+    node_info: NodeInfoSpec | None = None
     taints: tuple[Taint, ...] = ()
     orphan_sandboxes: Count = 0
     share: Share | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nodesync_sim.fake.scaleout.layout import OWNER_DAEMONSET, OWNER_REPLICASET, layout, share_count
+from nodesync_sim.fake.scaleout.objects import node_body
 from nodesync_sim.fake.scaleout.scenario import CNI_STARTUP_TAINT
 from nodesync_sim.fake.scaleout.scenario_file import parse
 
@@ -108,3 +109,25 @@ def test_a_readiness_taint_names_its_key_while_it_is_active() -> None:
     assert cni.readiness_taints(90.0) == frozenset()  # cleared at the fault's end
     gate = plan.node("w-001")
     assert gate.readiness_taints(1e6) == {"readiness.k8s.io/Net"}  # never cleared
+
+
+def test_a_mark_says_what_its_nodes_were_built_from() -> None:
+    wave = {
+        "name": "w",
+        "count": 3,
+        "marks": [
+            {"nodes": ["w-000", "w-001"], "node_info": {"os_image": "bad image"}},
+            {"nodes": ["w-001"], "node_info": {"kernel_version": "6.9"}},
+        ],
+    }
+    plan = layout(parse({"name": "t", "waves": [wave]}))
+    assert plan.node("w-000").node_info == {"osImage": "bad image"}
+    assert plan.node("w-001").node_info == {"osImage": "bad image", "kernelVersion": "6.9"}
+    assert plan.node("w-002").node_info == {}
+    body = node_body(plan.node("w-001"), [], 1)
+    info = body["status"]["nodeInfo"]
+    assert (info["osImage"], info["kernelVersion"]) == ("bad image", "6.9")
+    assert (
+        info["kubeletVersion"]
+        == node_body(plan.node("w-002"), [], 2)["status"]["nodeInfo"]["kubeletVersion"]
+    )
