@@ -161,8 +161,8 @@ def _broken_network(realchain: RealChain, node: RealNode, mark: int) -> None:
             if e.get("objectRef", {}).get("subresource") == "eviction"
         ]
         assert evicted == ["app"], evicted
-        # The node stays Ready and schedulable; it shows the two decisions and the cleanup's
-        # steps, the pod its eviction.
+        # The node stays Ready and schedulable; it shows the cleanup's decision and steps, the
+        # pod the eviction's decision and step.
         found = api.ok("GET", f"/api/v1/nodes/{name}")
         assert condition(found, "Ready")["status"] == "True"
         assert not found["spec"].get("unschedulable")
@@ -170,7 +170,7 @@ def _broken_network(realchain: RealChain, node: RealNode, mark: int) -> None:
         shown = described_events(kubectl(realchain, "describe", "node", name))
         ours = Counter(r for _, r in shown if r.startswith("Nodesync"))
         assert ours == {
-            "NodesyncRollback": 2,
+            "NodesyncRollback": 1,
             "NodesyncCleanupRuntime": 1,
             "NodesyncVerify": 1,
         }, shown
@@ -179,5 +179,6 @@ def _broken_network(realchain: RealChain, node: RealNode, mark: int) -> None:
             for e in _pod_events(realchain, ns, "app")
             if e["involvedObject"].get("uid") == uid
         ]
+        assert reasons.count("NodesyncRollback") == 1, reasons
         assert reasons.count("NodesyncEvictPod") == 1, reasons
         assert SANDBOX_FAILED in reasons, reasons
