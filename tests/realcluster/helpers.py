@@ -24,6 +24,16 @@ from tests.support.realcluster import RealChain
 from tests.support.wait import until
 
 SLEEP = ["/bin/sleep", "inf"]
+#: The Events a node rollback writes on the Node, one per step.
+NODESYNC_EVENTS = (
+    "NodesyncRollback",
+    "NodesyncCordon",
+    "NodesyncTaint",
+    "NodesyncDrain",
+    "NodesyncCleanupRuntimeSkipped",
+    "NodesyncVerify",
+    "NodesyncDeleteNode",
+)
 
 
 def pod(

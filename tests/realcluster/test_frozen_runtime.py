@@ -15,6 +15,7 @@ from exporter.model.rfc3339 import parse_time
 from nodesync_sim.real.cluster import condition
 from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
+    NODESYNC_EVENTS,
     audit_mark,
     controller_effects,
     create_pod,
@@ -37,15 +38,6 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 ALERT = "NodesyncNewNodeCRIDown"
 #: kubelet's NotReady comes once its runtime request (2 min) timed out, after the fault.
 KUBELET_VERDICT_TIMEOUT = 180.0
-NODESYNC_EVENTS = (
-    "NodesyncRollback",
-    "NodesyncCordon",
-    "NodesyncTaint",
-    "NodesyncDrain",
-    "NodesyncCleanupRuntimeSkipped",
-    "NodesyncVerify",
-    "NodesyncDeleteNode",
-)
 
 
 def test_a_frozen_containerd_is_rolled_back_while_kubelet_still_says_ready(

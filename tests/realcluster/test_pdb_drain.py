@@ -21,6 +21,7 @@ from nodesync_sim.real.containerd import IMAGE_REF
 from nodesync_sim.real.kube_apiserver import CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
+    NODESYNC_EVENTS,
     SLEEP,
     audit_mark,
     controller_effects,
@@ -36,7 +37,6 @@ from tests.realcluster.helpers import (
     value,
     wait_phase,
 )
-from tests.realcluster.test_frozen_runtime import NODESYNC_EVENTS
 from tests.support.realcluster import RealChain
 from tests.support.wait import until
 
