@@ -1,12 +1,18 @@
 """The agent's drift, cycle after cycle: when it first saw each of kubelet's pod directories,
-and whether its kubelet is gone (its last healthz probe failed and its own Node says Ready
-Unknown, exporter.model.drift.kubelet_gone)."""
+when it last saw listed each pod the node still holds, and whether its kubelet is gone (its last
+healthz probe failed and its own Node says Ready Unknown, exporter.model.drift.kubelet_gone)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter.model.drift import Drift, compute_drift, kubelet_gone, track_first_seen
+from exporter.model.drift import (
+    Drift,
+    compute_drift,
+    kubelet_gone,
+    track_first_seen,
+    track_last_listed,
+)
 from exporter.model.host import KubeletSnapshot
 from exporter.model.kube import NodeInfo, PodInfo
 from exporter.model.runtime import RuntimeSnapshot
@@ -17,6 +23,7 @@ class DriftView:
         self._grace = grace_seconds
         self._node = node
         self._first_seen: dict[str, float] = {}
+        self._last_listed: dict[str, float] = {}
 
     def compute(
         self,
@@ -32,6 +39,11 @@ class DriftView:
             self._first_seen = track_first_seen(self._first_seen, dir_uids, now)
         if pods is None or runtime is None:
             return None
+        # Held by the node: in the runtime, or a pod dir (as last read, when not readable now).
+        held = {s.uid for s in runtime.sandboxes} | {c.pod_uid for c in runtime.containers}
+        self._last_listed = track_last_listed(
+            self._last_listed, {p.uid for p in pods}, held | set(self._first_seen), now
+        )
         return compute_drift(
             pods,
             runtime,
@@ -39,5 +51,6 @@ class DriftView:
             now,
             grace_seconds=self._grace,
             first_seen=self._first_seen,
+            last_listed=self._last_listed,
             kubelet_gone=kubelet_gone(kubelet.healthy if kubelet else None, self._node()),
         )

@@ -19,7 +19,11 @@ Safety rules the comparison keeps (a cleanup must never touch a desired pod's sa
 - A sandbox kubelet created from a static pod manifest (annotation
   ``kubernetes.io/config.source`` of ``file`` or ``http``) is kubelet's own, desired or not: it is
   never an orphan, even when the API server has no mirror pod for it (as while a node joins).
-- Nothing is reported before it is older than the grace period, measured from ``since``.
+- Nothing is reported before it is older than the grace period, measured from ``since``. A
+  sandbox of a pod the API server listed until recently (a deletion kubelet just confirmed, an
+  eviction) drifts from when the agent last saw the pod listed (:func:`track_last_listed`), not
+  from the sandbox's creation: kubelet's garbage collection gets its grace for it too. With the
+  kubelet gone nobody collects, and that listing is not waited for.
 
 Without the API server's view there is nothing to compare against: the caller then computes no
 drift and exports no drift metrics at all, rather than reporting every sandbox as an orphan.
@@ -127,12 +131,34 @@ def track_first_seen(
     return {uid: previous.get(uid, now) for uid in pod_uids}
 
 
+def track_last_listed(
+    previous: Mapping[str, float],
+    listed_uids: Collection[str],
+    held_uids: Collection[str],
+    now: float,
+) -> dict[str, float]:
+    """When the agent last saw each pod uid in the API server's list: ``now`` for the uids
+    listed now; carried over from ``previous`` for uids no longer listed that the node still
+    holds (``held_uids``: a sandbox, a container or a pod dir of theirs); dropped once it holds
+    nothing of them. Call once per sync with a complete pod list."""
+    listed = set(listed_uids)
+    kept = {uid: at for uid, at in previous.items() if uid not in listed and uid in held_uids}
+    return kept | dict.fromkeys(listed, now)
+
+
 class _Desired:
     """The desired pods as of ``now``, and how runtime objects map onto them."""
 
-    def __init__(self, pods: Iterable[PodInfo], now: float, kubelet_gone: bool) -> None:
+    def __init__(
+        self,
+        pods: Iterable[PodInfo],
+        now: float,
+        kubelet_gone: bool,
+        last_listed: Mapping[str, float],
+    ) -> None:
         self.live: dict[str, PodInfo] = {}
         ended: dict[str, float] = {}
+        pods = tuple(pods)
         for pod in pods:
             until = desired_until(pod, kubelet_gone=kubelet_gone)
             if until is None or now < until:
@@ -141,6 +167,11 @@ class _Desired:
                 ended[pod.uid] = max(until, ended.get(pod.uid, until))
         # uid -> when it stopped being desired (a uid listed twice stays desired if either is).
         self.ended = {uid: t for uid, t in ended.items() if uid not in self.live}
+        # Uids listed until recently (no longer listed now): they stopped being desired then,
+        # and kubelet, when there is one, collects what is left of them within its grace.
+        if not kubelet_gone:
+            listed = {p.uid for p in pods}
+            self.ended |= {uid: t for uid, t in last_listed.items() if uid not in listed}
         # Deleted pods nobody will stop: their sandboxes are orphans without the drift grace.
         self.abandoned = frozenset(self.ended) if kubelet_gone else frozenset()
         self.mirrors = {(p.namespace, p.name): p for p in self.live.values() if p.mirror}
@@ -164,6 +195,7 @@ def compute_drift(
     *,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     first_seen: Mapping[str, float] | None = None,
+    last_listed: Mapping[str, float] | None = None,
     kubelet_gone: bool = False,
 ) -> Drift:
     """Compare the pods the API server has bound to this node (``desired``) with the runtime's
@@ -172,7 +204,8 @@ def compute_drift(
     An item is reported once ``now - since > grace_seconds``. The kinds:
 
     - ``orphan_sandbox``: a sandbox (any state) whose pod is not desired. Since: the sandbox's
-      creation, or the end of its pod's deletion grace period when later. With
+      creation, or the end of its pod's deletion grace period when later, or (a pod no longer
+      listed, with a live kubelet) when ``last_listed`` last saw its uid listed. With
       ``kubelet_gone``, a sandbox of a pod being deleted is one from ``deletion_timestamp`` on,
       reported at once (no grace period: no kubelet will remove it).
     - ``missing_sandbox``: a desired pod, bound to a node, not terminal and not being deleted,
@@ -190,7 +223,7 @@ def compute_drift(
       ``first_seen[uid]``, when the agent first saw it (see :func:`track_first_seen`); a dir
       missing from ``first_seen`` counts as first seen ``now``, so it is not reported yet.
     """
-    want = _Desired(desired, now, kubelet_gone)
+    want = _Desired(desired, now, kubelet_gone, last_listed or {})
     items: list[DriftItem] = []
 
     def past_grace(since: float) -> bool:

@@ -18,6 +18,7 @@ from exporter.model.drift import (
     is_static,
     kubelet_gone,
     track_first_seen,
+    track_last_listed,
 )
 from exporter.model.kube import NodeCondition, NodeInfo, PodInfo
 from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, SandboxState
@@ -391,6 +392,70 @@ def test_track_first_seen(
     previous: dict[str, float], uids: set[str], expected: dict[str, float]
 ) -> None:
     assert track_first_seen(previous, uids, NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("previous", "listed", "held", "expected"),
+    [
+        pytest.param({}, {"a"}, {"a"}, {"a": NOW}, id="listed-now"),
+        pytest.param({"a": OLD}, {"a"}, set(), {"a": NOW}, id="listed-again"),
+        pytest.param({"a": NEW}, set(), {"a"}, {"a": NEW}, id="no-longer-listed-still-held"),
+        pytest.param({"a": NEW}, set(), set(), {}, id="dropped-once-nothing-is-held"),
+    ],
+)
+def test_track_last_listed(
+    previous: dict[str, float], listed: set[str], held: set[str], expected: dict[str, float]
+) -> None:
+    assert track_last_listed(previous, listed, held, NOW) == expected
+
+
+# A pod evicted (or deleted) after running for minutes: kubelet confirmed the deletion, the API
+# server no longer lists it, and its stopped sandbox waits for kubelet's garbage collection.
+JUST_GONE = NOW - 5  # last listed 5 s ago: within the 60 s grace
+LONG_GONE = NOW - 61
+
+
+@pytest.mark.parametrize(
+    ("last_listed", "gone", "expected"),
+    [
+        pytest.param({"a": JUST_GONE}, False, [], id="kubelet-gets-its-grace"),
+        pytest.param(
+            {"a": LONG_GONE},
+            False,
+            [item(OS, "a", LONG_GONE, sandbox_id="sb-a-0")],
+            id="drift-once-the-grace-is-over-since-last-listed",
+        ),
+        pytest.param({}, False, [item(OS, "a", OLD, sandbox_id="sb-a-0")], id="never-seen-listed"),
+        pytest.param(
+            {"a": JUST_GONE},
+            True,
+            [item(OS, "a", OLD, sandbox_id="sb-a-0")],
+            id="no-kubelet-to-wait-for",
+        ),
+    ],
+)
+def test_a_sandbox_of_a_pod_no_longer_listed_drifts_from_its_last_listing(
+    last_listed: dict[str, float], gone: bool, expected: list[DriftItem]
+) -> None:
+    stopped = snap([sb("a", state=NOTREADY)])
+    drift = compute_drift([], stopped, (), NOW, last_listed=last_listed, kubelet_gone=gone)
+    assert list(drift.items) == expected
+
+
+def test_a_pod_dir_of_a_pod_no_longer_listed_drifts_from_its_last_listing() -> None:
+    dirs = {"a"}
+    drift = compute_drift([], snap(), dirs, NOW, first_seen={"a": OLD}, last_listed={"a": NEW})
+    assert drift.items == ()
+    later = compute_drift(
+        [], snap(), dirs, NOW, first_seen={"a": OLD}, last_listed={"a": LONG_GONE}
+    )
+    assert list(later.items) == [DriftItem(KO, "a", "", "", LONG_GONE)]
+
+
+def test_a_listed_pod_is_judged_by_its_own_deletion_not_its_last_listing() -> None:
+    listed = pod("a", deletion_timestamp=OLD, deletion_grace_period_seconds=30)
+    drift = compute_drift([listed], snap([sb("a")]), (), NOW, last_listed={"a": NOW})
+    assert list(drift.items) == [item(OS, "a", OLD + 30, sandbox_id="sb-a-0")]
 
 
 @pytest.mark.parametrize(
