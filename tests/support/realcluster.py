@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,9 +160,10 @@ def _http_status(url: str) -> int:
 class Agent:
     """The ``nodesync agent`` process of one real node, in the node's namespace."""
 
-    def __init__(self, node: RealNode, kubeconfig: Path) -> None:
+    def __init__(self, node: RealNode, kubeconfig: Path, args: Sequence[str] = ()) -> None:
         self.node = node
         on_network = node.spec.addresses is not None
+        replaced = {arg.split("=", 1)[0] for arg in args}
         self.port = free_port()
         # On a network of its own the agent listens there, the machine reaches it by the
         # node's name; else on the machine's loopback.
@@ -177,7 +178,8 @@ class Agent:
                 f"--kubeconfig={kubeconfig}",
                 f"--kubelet.healthz-url={node.healthz_url}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
-                *AGENT_ARGS,
+                *(arg for arg in AGENT_ARGS if arg.split("=", 1)[0] not in replaced),
+                *args,
             ],
             env=dict(os.environ),
         )
@@ -320,14 +322,17 @@ class RealChain:
 
     # -- nodes
 
-    def join(self, *, wave: str | None = None, **node_args: Any) -> RealNode:
-        """A node joins (a wave of its own unless ``wave``), with its agent; returns once its
-        Node is Ready and the agent serves its metrics (Prometheus scrapes it from now on)."""
+    def join(
+        self, *, wave: str | None = None, agent_args: Sequence[str] = (), **node_args: Any
+    ) -> RealNode:
+        """A node joins (a wave of its own unless ``wave``), with its agent (``agent_args``
+        replace the same flags of AGENT_ARGS); returns once its Node is Ready and the agent
+        serves its metrics (Prometheus scrapes it from now on)."""
         if wave is None:
             self._waves += 1
             wave = f"wave-{self._waves}"
         node = self.cluster.add_node({WAVE_LABEL: wave}, **node_args)
-        agent = Agent(node, self.api.kubeconfig(AGENT))
+        agent = Agent(node, self.api.kubeconfig(AGENT), agent_args)
         self.agents[node.name] = agent
         agent.wait_ready()
         self._reload_targets()
