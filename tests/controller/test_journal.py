@@ -329,7 +329,7 @@ async def test_a_version_1_journal_is_migrated_its_plans_becoming_decisions(
         )
     journal = await Journal.open(str(path))
     try:
-        assert SCHEMA_VERSION == 3
+        assert SCHEMA_VERSION == 4
         [todo] = await journal.alerts_to_decide()
         assert todo.key == ("dddd", T0)
         decided = {
@@ -347,6 +347,39 @@ async def test_a_version_1_journal_is_migrated_its_plans_becoming_decisions(
                 r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
             }
         assert {"plans", "steps"}.isdisjoint(tables)
+    finally:
+        await journal.close()
+
+
+async def test_an_episode_s_outcome_is_written_once_and_old_ends_are_not_counted(
+    tmp_path: Path,
+) -> None:
+    """Version 4 keeps each decision's outcome: an episode that had resolved before the upgrade
+    has ended uncounted; one that resolves after it is found once, and its outcome written
+    once."""
+    path = tmp_path / "journal.db"
+    journal = await Journal.open(str(path))
+    old, later = alert("aaaa"), alert("bbbb")
+    await journal.record(payload(old, later), received_at=T0 + 1)
+    for a in (old, later):
+        await journal.save_decision(a_decision(a.key))
+    await journal.record(payload(dataclasses.replace(old, status="resolved")), received_at=T0 + 2)
+    await journal.close()
+    with sqlite3.connect(path) as conn:  # as version 3 left it
+        conn.execute("DROP INDEX decisions_open")
+        conn.execute("ALTER TABLE decisions DROP COLUMN outcome")
+        conn.execute("UPDATE schema_version SET version = 3")
+    journal = await Journal.open(str(path))
+    try:
+        assert await journal.ended_episodes() == []
+        await journal.record(
+            payload(dataclasses.replace(later, status="resolved")), received_at=T0 + 3
+        )
+        [(record, decision)] = await journal.ended_episodes()
+        assert (record.key, decision.alert_key) == (later.key, later.key)
+        assert await journal.write_outcome(later.key, "remediated")
+        assert not await journal.write_outcome(later.key, "remediated")  # counted once
+        assert await journal.ended_episodes() == []
     finally:
         await journal.close()
 

@@ -63,6 +63,7 @@ from exporter.controller.journal.decisions import (
     read_firing_decided,
     save_decision,
 )
+from exporter.controller.journal.episodes import read_ended, write_outcome
 from exporter.controller.journal.errors import (
     CLOSED,
     CORRUPT,
@@ -343,6 +344,15 @@ class Journal:
         """Firing alerts whose decision has one of ``verdicts`` (oldest first, at most
         ``limit``), each with the decision's verdict and reason."""
         return await self._run(read_firing_decided, verdicts, limit)
+
+    async def ended_episodes(self, limit: int = 1000) -> list[tuple[AlertRecord, DecisionRecord]]:
+        """Resolved alerts whose decision has no outcome yet (oldest decision first, at most
+        ``limit``), each with its decision."""
+        return await self._run(read_ended, limit)
+
+    async def write_outcome(self, key: AlertKey, outcome: str) -> bool:
+        """The episode's outcome, written once; False when it had one already."""
+        return await self._run(write_outcome, key, outcome)
 
     async def counts(self) -> JournalCounts:
         """Counted again from the tables (``last_counts`` is what the writes kept)."""

@@ -83,6 +83,11 @@ def salvage(moved_to: str, conn: sqlite3.Connection) -> tuple[int, int, int]:
                     (SELECT 1 FROM decisions AS d WHERE d.fingerprint = alerts.fingerprint
                      AND d.starts_at = alerts.starts_at)"""
             )
+            conn.execute(  # episodes that had ended are not counted again
+                """UPDATE decisions SET outcome = '' WHERE EXISTS (SELECT 1 FROM alerts AS a
+                    WHERE a.fingerprint = decisions.fingerprint
+                    AND a.starts_at = decisions.starts_at AND a.status = 'resolved')"""
+            )
     finally:
         old.close()
     return counts["alerts"], counts["decisions"], counts["deliveries"]

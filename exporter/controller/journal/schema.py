@@ -119,6 +119,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP INDEX alerts_by_status",
         "CREATE TABLE probe (data BLOB NOT NULL)",
     ),
+    (  # version 4: how each decided episode ended (exporter.model.outcomes), written once when
+        # its end is known: NULL until then, '' for an end not counted. Episodes that had
+        # resolved before this version are not counted after the fact.
+        "ALTER TABLE decisions ADD COLUMN outcome TEXT",
+        """UPDATE decisions SET outcome = '' WHERE EXISTS (SELECT 1 FROM alerts AS a
+            WHERE a.fingerprint = decisions.fingerprint AND a.starts_at = decisions.starts_at
+            AND a.status = 'resolved')""",
+        "CREATE INDEX decisions_open ON decisions (decided_at) WHERE outcome IS NULL",
+    ),
 )
 
 #: The schema version this code writes; a journal with a newer one is refused.
