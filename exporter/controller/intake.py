@@ -15,7 +15,8 @@ the decision carried out:
 
 After each pass the intake finds which guard holds each firing action alert that has no
 rollback running (refused, waiting, or decided in a dry run: exporter.model.holds), for
-``nodesync_alert_held`` and a status line logged when a hold begins.
+``nodesync_alert_held`` and a status line logged when a hold begins; then it counts how each
+episode that ended meanwhile ended (exporter.controller.episodes).
 
 Each pass also repeats the cleanup of orphans of an alert episode still firing well after its
 last cleanup succeeded (exporter.controller.repeats): drift that outlived it.
@@ -49,6 +50,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from exporter.controller.audit import Audit, EventLane, alert_event_key
+from exporter.controller.episodes import Episodes
 from exporter.controller.journal import DRY_RUN, AlertRecord, DecisionRecord, Journal
 from exporter.controller.repeats import REPEAT_CLEANUP_AFTER, Repeats, repeat_cleanups
 from exporter.controller.rollbacks import RollbackWatch
@@ -69,6 +71,7 @@ from exporter.model.decision import (
 )
 from exporter.model.guards import GuardState
 from exporter.model.holds import Hold, holds
+from exporter.model.planner import RESOLVED
 from exporter.model.rollback import (
     Action,
     NodeRollback,
@@ -124,6 +127,7 @@ class Intake:
         self.decided = 0  # by the last pass
         self.held: tuple[Hold, ...] = ()  # as of the last pass (exporter.model.holds)
         self._held_seen: set[tuple[str, str, str]] = set()
+        self.episodes = Episodes(journal, rollbacks, metrics, settings.dry_run_clear_within)
 
     async def _state(self) -> GuardState:
         """The rollbacks decided so far: those in the cluster; in a dry run, also the dry-run
@@ -172,10 +176,13 @@ class Intake:
                 assert decision.refusal is not None
                 held.append((alert, decision.refusal))
                 continue
-            self._deferred.pop(alert.key, None)
+            waited = self._deferred.pop(alert.key, None)
             self.decided += 1
+            self.episodes.decided(alert)
             if decision.verdict == REFUSED:
                 assert decision.refusal is not None
+                if waited is not None and decision.refusal.reason == RESOLVED:
+                    self.episodes.waited[alert.key] = waited  # it ends held
                 refused.append((alert, decision.refusal, now))
                 continue
             if rollback is not None:
@@ -190,6 +197,7 @@ class Intake:
         for alert, refusal in held:
             self._defer(alert, refusal)
         await self._hold(view, state, [(a.alert, r.reason) for a, r in held])
+        await self.episodes.close()
 
     async def _hold(
         self, view: ClusterView, state: GuardState, waiting: list[tuple[Alert, str]]

@@ -194,6 +194,14 @@ class ExecutorSettings:
         BOOLEAN,
         aliases=("--dry-run",),
     )
+    dry_run_clear_within: float = setting(
+        "--rollback.dry-run-clear-within",
+        "10m",
+        "in a dry run, an alert nodesync would have acted on that resolves this soon after "
+        "that decision counts as cleared by itself (outcome dry_run_cleared: the action was "
+        "not needed), one that lasts longer as dry_run_outlasted",
+        POSITIVE_DURATION,
+    )
     policy: GuardPolicy = group(GuardSettings, builds=GuardPolicy)
     api_qps: float = setting(
         "--apiserver.qps",

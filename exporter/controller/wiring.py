@@ -60,6 +60,7 @@ from exporter.kube.writer import KubeWriter
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.rollback import RollbackMetrics
 from exporter.metrics.webhook import WebhookMetrics, journal_families
+from exporter.model.outcomes import OUTCOMES
 from exporter.settings.declare import log_fields
 from exporter.tasks import cancel_and_wait
 
@@ -284,7 +285,7 @@ async def _executor_ctx(
     limiter = AsyncRateLimiter.per_second(settings.api_qps, settings.api_burst)
     elector = _elector(settings, app)
     rollbacks = RollbackWatch(api)
-    metrics = RollbackMetrics(REFUSAL_REASONS)
+    metrics = RollbackMetrics(REFUSAL_REASONS, OUTCOMES)
     executor = build_executor(
         app[JOURNAL],
         KubeWriter(api, limiter=limiter, dry_run=settings.dry_run),

@@ -65,9 +65,26 @@ class ExecutorStatus:
 class RollbackMetrics:
     """The counters; ``families(status)`` renders them with the gauges."""
 
-    def __init__(self, refusal_reasons: Iterable[str]) -> None:
+    def __init__(self, refusal_reasons: Iterable[str], outcomes: Iterable[str]) -> None:
         self._actions = {(a, r): 0 for a in ACTIONS for r in RESULTS}
         self._refusals = dict.fromkeys(refusal_reasons, 0)
+        self._outcomes = tuple(outcomes)  # exporter.model.outcomes.OUTCOMES
+        self._episodes: dict[str, dict[str, int]] = {}  # alertname -> outcome -> count
+
+    def rule(self, alertname: str) -> None:
+        """An action alert of this name was decided: its every outcome is exported from now
+        on, at 0 until an episode ends so."""
+        self._episodes.setdefault(alertname, dict.fromkeys(self._outcomes, 0))
+
+    def episode(self, alertname: str, outcome: str) -> None:
+        """An alert episode of this rule ended so (exporter.model.outcomes)."""
+        if outcome not in self._outcomes:
+            raise ValueError(f"unknown outcome {outcome!r}")
+        self.rule(alertname)
+        self._episodes[alertname][outcome] += 1
+
+    def episodes(self, alertname: str, outcome: str) -> int:
+        return self._episodes.get(alertname, {}).get(outcome, 0)
 
     def action(self, action: str, result: str) -> None:
         key = (action, result)
@@ -101,12 +118,21 @@ class RollbackMetrics:
         )
         for reason, n in sorted(self._refusals.items()):
             refusals.add_metric([reason], n)
+        episodes = CounterMetricFamily(
+            "nodesync_alert_episodes",
+            "Alert episodes of action rules that ended, by alert name and outcome (remediated, "
+            "failed, cleared, refused, held; in a dry run dry_run_cleared, dry_run_outlasted).",
+            labels=["alertname", "outcome"],
+        )
+        for alertname, outcomes in sorted(self._episodes.items()):
+            for outcome, n in outcomes.items():
+                episodes.add_metric([alertname, outcome], n)
         leader = GaugeMetricFamily(
             "nodesync_executor_leader",
             "1 while this controller is the one driving rollbacks, else 0.",
             value=1.0 if status.leader else 0.0,
         )
-        families: list[Metric] = [actions, refusals, leader]
+        families: list[Metric] = [actions, refusals, episodes, leader]
         if status.phases is not None:
             phases = GaugeMetricFamily(
                 "nodesync_rollbacks",

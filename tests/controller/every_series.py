@@ -18,6 +18,7 @@ from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.cohorts import Cohort
 from exporter.model.joins import JoinPolicy, JoinTracker
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeCondition, Taint
+from exporter.model.outcomes import OUTCOMES
 from exporter.model.waves import WaveTracker
 from tests.controller.builders import T0, lease, node
 from tests.controller.webhook_every_series import rich_webhook
@@ -129,10 +130,11 @@ def rich_listener(registry: CollectorRegistry) -> None:
 
 def rich_rollback(registry: CollectorRegistry) -> None:
     """What the rollback executor adds to /metrics, with something in every series."""
-    metrics = RollbackMetrics(REFUSAL_REASONS)
+    metrics = RollbackMetrics(REFUSAL_REASONS, OUTCOMES)
     metrics.action("cordon", "done")
     metrics.action("drain", "failed")
     metrics.refusal("blast_radius_fraction")
+    metrics.episode("NodesyncNewNodeNotReady", "remediated")
     status = ExecutorStatus(
         phases={"Pending": 1, "Running": 1, "Waiting": 1, "Succeeded": 4, "Failed": 1},
         reasons={("Waiting", "waiting_for_agent"): 1, ("Failed", "pdb_blocked"): 1},

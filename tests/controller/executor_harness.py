@@ -32,6 +32,7 @@ from exporter.kube.ratelimit import AsyncRateLimiter
 from exporter.kube.writer import KubeWriter
 from exporter.metrics.rollback import RollbackMetrics
 from exporter.model.alerts import Alert, WebhookPayload
+from exporter.model.outcomes import OUTCOMES
 from exporter.model.rfc3339 import format_micro_time, format_time
 from exporter.model.rollback import (
     ACTIVE_PHASES,
@@ -309,7 +310,7 @@ class Bench:
             self.watch,
             self.cluster,
             settings,
-            RollbackMetrics(REFUSAL_REASONS),
+            RollbackMetrics(REFUSAL_REASONS, OUTCOMES),
             leadership=leadership,
             limiter=limiter,
             identity="test-controller",

@@ -25,6 +25,7 @@ from exporter.kube.config import load_configuration
 from exporter.kube.writer import KubeWriter
 from exporter.metrics.rollback import RollbackMetrics
 from exporter.model.guards import GuardState
+from exporter.model.outcomes import OUTCOMES
 from exporter.model.rollback import NodeRollback
 from exporter.serve import Served
 from exporter.settings.server import ServerSettings
@@ -127,6 +128,6 @@ def intake(hook: ServedHook) -> Intake:
         _NoWrites(),  # type: ignore[arg-type]
         audit,
         EventLane(audit),
-        RollbackMetrics(REFUSAL_REASONS),
+        RollbackMetrics(REFUSAL_REASONS, OUTCOMES),
         ExecutorSettings(),
     )

@@ -11,6 +11,7 @@ from exporter.controller.executor import OTHER_REASON, REFUSAL_REASONS, ROLLBACK
 from exporter.metrics.rollback import ACTIONS, PHASES, RESULTS, ExecutorStatus, RollbackMetrics
 from exporter.model import guards, planner
 from exporter.model.holds import HOLD_REASONS
+from exporter.model.outcomes import OUTCOMES
 from exporter.model.rollback import Phase, StepKind, StepState
 from tests.metrics.exposition import labels, render, series
 from tests.metrics.promtool import check_metrics
@@ -45,11 +46,14 @@ FULL = ExecutorStatus(
 
 
 def exposition(status: ExecutorStatus = FULL) -> str:
-    metrics = RollbackMetrics(REFUSAL_REASONS)
+    metrics = RollbackMetrics(REFUSAL_REASONS, OUTCOMES)
     metrics.action("cordon", "done")
     metrics.action("cordon", "done")
     metrics.action("drain", "failed")
     metrics.refusal("blast_radius_fraction")
+    metrics.episode("NodesyncNewNodeNotReady", "remediated")
+    metrics.episode("NodesyncNewNodeNotReady", "remediated")
+    metrics.episode("NodesyncNewNodePodPending", "dry_run_cleared")
     return render(metrics.families(status))
 
 
@@ -90,6 +94,12 @@ def test_counts_and_gauges() -> None:
         labels(step="drain"): 1_700_001_800.0,
         labels(step="cleanup_runtime"): 1_700_000_300.0,
     }
+    # Every outcome of each alert name that ended an episode, from its first end on.
+    episodes = series(text, "nodesync_alert_episodes_total")
+    assert len(episodes) == 2 * len(OUTCOMES)
+    assert episodes[labels(alertname="NodesyncNewNodeNotReady", outcome="remediated")] == 2
+    assert episodes[labels(alertname="NodesyncNewNodePodPending", outcome="dry_run_cleared")] == 1
+    assert sum(episodes.values()) == 3
 
 
 def test_unknown_state_leaves_series_out() -> None:
@@ -122,11 +132,13 @@ def test_label_values_are_the_code_s() -> None:
     assert [s.value for s in StepState if s not in unfinished] == list(RESULTS[:-1])
     assert [p.value for p in Phase] == list(PHASES)
     assert set(REFUSAL_REASONS) == {*planner.REASONS, *guards.REASONS}
-    metrics = RollbackMetrics(REFUSAL_REASONS)
+    metrics = RollbackMetrics(REFUSAL_REASONS, OUTCOMES)
     with pytest.raises(ValueError, match="unknown"):
         metrics.action("reboot", "done")
     with pytest.raises(ValueError, match="unknown"):
         metrics.refusal("because")
+    with pytest.raises(ValueError, match="unknown"):
+        metrics.episode("NodesyncNewNodeNotReady", "fixed")
 
 
 def section_text() -> str:
@@ -150,6 +162,8 @@ def test_the_section_lists_every_label_value() -> None:
     assert values == ["kind", "absolute", "wave_fraction"]
     values = re.findall(r"`([a-z_]+)`", rows["nodesync_alert_held"])
     assert values == ["alertname", "node", "reason", *HOLD_REASONS]
+    values = re.findall(r"`([a-z_]+)`", rows["nodesync_alert_episodes_total"])
+    assert values == ["alertname", "outcome", *OUTCOMES]
     values = re.findall(r"`([A-Za-z_]+)`", rows["nodesync_rollbacks"])
     assert values == ["phase", *PHASES]
     values = re.findall(r"`([A-Za-z_]+)`", rows["nodesync_rollbacks_by_reason"])

@@ -41,6 +41,7 @@ from exporter.model.alerts import Alert
 from exporter.model.decision import decide, new_rollback
 from exporter.model.guards import GuardState
 from exporter.model.kube import Taint
+from exporter.model.outcomes import OUTCOMES
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, Phase, StepState
 from exporter.settings.declare import changed
 from tests.controller.executor_harness import (
@@ -85,7 +86,7 @@ async def _serve(kubeconfig: str, journal_path: str) -> None:
         watch,
         cluster,
         SETTINGS,
-        RollbackMetrics(REFUSAL_REASONS),
+        RollbackMetrics(REFUSAL_REASONS, OUTCOMES),
         poll_interval=0.05,
         step_poll_interval=0.02,
     )
