@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from exporter.model.outcomes import OUTCOMES
 from nodesync_sim.real.containerd import missing_binaries as missing_containerd_binaries
 from tests.dashboards.grafana import (
     Query,
@@ -28,7 +29,12 @@ from tests.support.wait import until
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.containerd]
 
-NO_DATA: dict[str, str] = {}
+NO_DATA: dict[str, str] = {
+    "scaleout-overview.json / Dry-run precision per rule / A": (
+        "no alert episode ends in the scenario (node-b's alert keeps firing): a rule without "
+        "a dry-run episode ended has no precision; the outcomes panel shows its zeros"
+    ),
+}
 """Queries that legitimately return nothing in the scenario: "<file> / <panel title> / <refId>"
 → why. A query listed here that returns data makes the test fail: remove it from the list."""
 
@@ -169,6 +175,16 @@ def test_the_rollback_delivered_by_alertmanager_shows_on_the_overview(scenario: 
     assert [
         (s["metric"]["alertname"], s["metric"]["node"], s["metric"]["reason"]) for s in held
     ] == [("NodesyncNewNodeNotReady", "node-b", "dry_run")]
+    # Its rule shows on the outcomes panel from that decision, every outcome at 0: the episode
+    # has not ended (the alert still fires).
+    outcomes = scenario.prom.wait_for(
+        _panel_expr("scaleout-overview.json / Alert episode outcomes, per rule / A", values),
+        lambda r: bool(r),
+        timeout=30,
+    )
+    assert {s["metric"]["alertname"] for s in outcomes} == {"NodesyncNewNodeNotReady"}
+    assert {s["metric"]["outcome"] for s in outcomes} == set(OUTCOMES)
+    assert {s["value"][1] for s in outcomes} == {"0"}
 
 
 @pytest.mark.timeout(120)
