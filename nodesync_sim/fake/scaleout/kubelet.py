@@ -17,15 +17,19 @@
   with grace 0 and its uid as precondition, as kubelet does; the API server keeps the pod
   Terminating until then, so a silent kubelet's pods stay Terminating. A cordoned or tainted
   node keeps running its pods.
+- **Stops pods it does not want**: a running sandbox of a simulated node's runtime that is no pod
+  bound to the node (an orphan a ``marks`` entry left there) is stopped at the next pod sync, as
+  kubelet 1.20's housekeeping stops whatever runs that it does not want; like kubelet's garbage
+  collection on the real cluster of the tests, it does not remove it.
 
 The scheduler's and the workload controllers' share is played here too: DaemonSet pods are
 bound to the node when it registers, ReplicaSet pods once it first reports Ready.
 
 Faults (docs/simulator.md): ``never_ready`` (Ready False, CNI not ready), ``readiness_taint``
 (the same, the node tainted until the fault ends: then the taint is removed, as a CNI agent
-removes its startup taint, and the node turns Ready), ``cri_timeouts``
-(Ready False, ``ContainerRuntimeUnhealthy``), ``lease_stops`` (the kubelet stops talking to the
-API server: no Lease, no status, no pod updates, no deletion confirmed), ``pods_pending`` (pods
+removes its startup taint, and the node turns Ready), ``cri_timeouts`` (Ready False,
+``KubeletNotReady``, "container runtime is down"), ``lease_stops`` (the kubelet stops talking to
+the API server: no Lease, no status, no pod updates, no deletion confirmed), ``pods_pending`` (pods
 started during the fault stay Pending, ContainerCreating, without a sandbox), ``crash_loop``
 and ``oom_loop``.
 """
@@ -184,7 +188,7 @@ class SimulatedKubelet:
         if now - registered < self._timing.ready_after_seconds:
             return "False", objects.NOT_READY_REASON, objects.STARTING_MESSAGE
         if self.plan.active(CRI_TIMEOUTS, t) is not None:
-            return "False", objects.RUNTIME_REASON, objects.RUNTIME_MESSAGE
+            return "False", objects.NOT_READY_REASON, objects.RUNTIME_MESSAGE
         if self.plan.active(NEVER_READY, t) is not None:
             return "False", objects.NOT_READY_REASON, objects.CNI_MESSAGE
         if self.plan.readiness_taints(t) or self._tainted:  # Ready once the taint is removed
@@ -400,6 +404,10 @@ class SimulatedKubelet:
         for uid in [u for u in self._runs if u not in bound]:
             await self._runtime.remove_pod(uid)  # deleted behind the kubelet's back
             del self._runs[uid]
+        runtime = self._sim_runtime
+        if runtime is not None and not runtime.frozen:
+            for uid in runtime.pod_uids() - bound.keys():
+                runtime.stop(uid, now)  # housekeeping: not a pod of this node
         for uid, pod in bound.items():
             try:
                 await self._sync_pod(uid, pod, now)

@@ -28,8 +28,8 @@ CNI_MESSAGE: Final = (
     "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
     "message:Network plugin returns error: cni plugin not initialized"
 )
-RUNTIME_REASON: Final = "ContainerRuntimeUnhealthy"
-RUNTIME_MESSAGE: Final = "container runtime is down: rpc error: code = DeadlineExceeded"
+#: kubelet 1.20's Ready once its runtime requests time out: its reason is KubeletNotReady too.
+RUNTIME_MESSAGE: Final = "container runtime is down"
 UNKNOWN_REASON: Final = "NodeStatusUnknown"
 UNKNOWN_MESSAGE: Final = "Kubelet stopped posting node status."
 

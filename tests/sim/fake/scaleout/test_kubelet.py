@@ -192,12 +192,16 @@ async def test_never_ready_and_cri_timeouts_keep_ready_false_with_their_reasons(
         await until_async(
             lambda: env.server.store.try_get("nodes", "w-001"), timeout=10.0, what="registration"
         )
+        # As kubelet 1.20 says it (tests/realcluster/test_frozen_runtime.py reads its log).
         await until_async(
-            lambda: env.ready("w-001")["reason"] == "ContainerRuntimeUnhealthy",
+            lambda: env.ready("w-001")["message"] == "container runtime is down",
             timeout=10.0,
             what="runtime down",
         )
-        assert env.ready("w-001")["status"] == "False"
+        assert (env.ready("w-001")["status"], env.ready("w-001")["reason"]) == (
+            "False",
+            "KubeletNotReady",
+        )
         await until_async(
             lambda: env.ready("w-001")["status"] == "True", timeout=10, what="the runtime back"
         )
