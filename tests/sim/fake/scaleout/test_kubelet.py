@@ -444,6 +444,35 @@ async def test_a_deleted_pod_is_stopped_in_the_runtime_before_the_kubelet_confir
         )
 
 
+async def test_a_kubelet_whose_node_is_gone_still_confirms_deletions_and_stays_gone() -> None:
+    async with simulating(doc(waves=[_wave(2)])) as env:
+        await until_async(lambda: _running(env, "app-w-000-0"), timeout=10.0, what="running")
+        env.server.store.delete("nodes", "w-000")
+        gone = await until_async(
+            lambda: env.sim.timeline.first("w-000", timeline.NODE_GONE),
+            timeout=10.0,
+            what="the kubelet to find its Node gone",
+        )
+        # As a real kubelet that runs on after its Node was deleted (the frozen-containerd run
+        # of tests/realcluster/), it still stops a deleted pod and confirms the deletion.
+        env.server.store.delete("pods", "app-w-000-0", namespace="default")
+        await until_async(
+            lambda: env.pod("app-w-000-0") is None, timeout=10.0, what="the kubelet to confirm"
+        )
+
+        def renewed_since(node: str, since: float) -> bool:
+            lease = env.server.store.get("leases", node, namespace=LEASE_NAMESPACE)
+            return _seconds(lease["spec"]["renewTime"]) > since
+
+        # Five of its renewal periods later (the other node renews on): no renewal started
+        # after it found the Node gone, and no Node registered again (it is never restarted).
+        await until_async(
+            lambda: renewed_since("w-001", gone.at + 1.0), timeout=10.0, what="w-001 renewing"
+        )
+        assert not renewed_since("w-000", gone.at + 0.5)
+        assert env.server.store.try_get("nodes", "w-000") is None
+
+
 async def test_the_pods_of_a_silent_node_stay_terminating_until_it_comes_back() -> None:
     silent = {"kind": "lease_stops", "nodes": ["w-000"], "at_seconds": 2, "for_seconds": 6}
     async with simulating(doc(waves=[_wave(2, faults=[silent])])) as env:
