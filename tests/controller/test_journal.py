@@ -384,6 +384,26 @@ async def test_an_episode_s_outcome_is_written_once_and_old_ends_are_not_counted
         await journal.close()
 
 
+async def test_the_outcomes_written_are_read_back_per_decision(tmp_path: Path) -> None:
+    """Only counted outcomes: an episode still going on (NULL) or ended uncounted ('') is not
+    listed; a reader beside the writer sees them."""
+    path = str(tmp_path / "journal.db")
+    journal = await Journal.open(path)
+    counted, uncounted, going_on = alert("aaaa"), alert("bbbb"), alert("cccc")
+    await journal.record(payload(counted, uncounted, going_on), received_at=T0 + 1)
+    for a in (counted, uncounted, going_on):
+        await journal.save_decision(a_decision(a.key))
+    assert await journal.write_outcome(counted.key, "dry_run_outlasted")
+    assert await journal.write_outcome(uncounted.key, "")
+    reader = await Journal.open_read_only(path)
+    try:
+        [(decision, outcome)] = await reader.outcomes()
+        assert (decision.alert_key, outcome) == (counted.key, "dry_run_outlasted")
+    finally:
+        await reader.close()
+        await journal.close()
+
+
 async def test_a_closed_journal_refuses_work(tmp_path: Path) -> None:
     journal = await Journal.open(str(tmp_path / "journal.db"))
     await journal.close()

@@ -63,7 +63,7 @@ from exporter.controller.journal.decisions import (
     read_firing_decided,
     save_decision,
 )
-from exporter.controller.journal.episodes import read_ended, write_outcome
+from exporter.controller.journal.episodes import read_ended, read_outcomes, write_outcome
 from exporter.controller.journal.errors import (
     CLOSED,
     CORRUPT,
@@ -353,6 +353,10 @@ class Journal:
     async def write_outcome(self, key: AlertKey, outcome: str) -> bool:
         """The episode's outcome, written once; False when it had one already."""
         return await self._run(write_outcome, key, outcome)
+
+    async def outcomes(self) -> list[tuple[DecisionRecord, str]]:
+        """The decisions whose episode ended with a counted outcome, each with it."""
+        return await self._run(read_outcomes)
 
     async def counts(self) -> JournalCounts:
         """Counted again from the tables (``last_counts`` is what the writes kept)."""

@@ -1,6 +1,7 @@
 """The ends of decided alert episodes: those resolved whose outcome is not written yet, and the
-outcome written once (exporter.model.outcomes). A decision's ``outcome`` is NULL until its end
-is known, then the outcome, or '' for an end that is not counted."""
+outcome written once (exporter.model.outcomes), and the outcomes written, per decision. A
+decision's ``outcome`` is NULL until its end is known, then the outcome, or '' for an end that
+is not counted."""
 
 from __future__ import annotations
 
@@ -37,3 +38,13 @@ def write_outcome(conn: sqlite3.Connection, key: AlertKey, outcome: str) -> bool
             (outcome, *key),
         ).rowcount
     return changed == 1
+
+
+def read_outcomes(conn: sqlite3.Connection) -> list[tuple[DecisionRecord, str]]:
+    """The decisions whose episode ended with a counted outcome, each with it, by decision
+    time."""
+    rows = conn.execute(
+        f"SELECT {_DECISION_COLUMNS}, outcome FROM decisions"
+        " WHERE outcome IS NOT NULL AND outcome != '' ORDER BY decided_at, rowid"
+    ).fetchall()
+    return [(_decision_record(r[:-1]), r[-1]) for r in rows]
