@@ -242,6 +242,12 @@ class Chain:
         return self.workdir / f"kubeconfig-{user}"
 
     @property
+    def journal_path(self) -> Path:
+        """The controller's journal (every controller the chain starts keeps it)."""
+        assert self.workdir is not None
+        return self.workdir / "journal" / "journal.db"
+
+    @property
     def admin_kubeconfig(self) -> Path:
         """The kubeconfig for a person (kubectl): the API server's own admin token."""
         assert self.workdir is not None
@@ -386,7 +392,7 @@ class Chain:
             registry=CollectorRegistry(),
             extensions=rollback_extensions(
                 WebhookSettings(
-                    journal_path=str(self.workdir / "journal" / "journal.db"),
+                    journal_path=str(self.journal_path),
                     token=self.hook_token,
                 ),
                 self.executor_settings,

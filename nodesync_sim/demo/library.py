@@ -17,6 +17,11 @@ first write about it (a write to the Node, or an eviction of its pod); a scenari
 from above (``within_seconds``) and from below (``not_before_seconds``: a hold the rollback
 must wait out).
 
+A scenario may also state how many of each alert's episodes end how (``expect.episodes``, the
+controller's ``nodesync_alert_episodes_total``); in a dry run, where nothing may be written,
+the decisions scored are the ones nodesync would have taken for the episodes that outlasted
+``dry_run_clear_within`` (nodesync_sim.demo.episodes).
+
 Every scenario also checks the controller's API writes against its token bucket
 (``--apiserver.qps``, ``--apiserver.burst``), as the API server received them: no stretch of
 the run has more writes than a full bucket and its refill allow, give or take
@@ -35,6 +40,7 @@ from typing import TextIO
 
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION
 from nodesync_sim.demo.chain import CONTROLLER_USER, Chain
+from nodesync_sim.demo.episodes import dry_run_decisions, dry_run_writes, wait_for_episodes
 from nodesync_sim.fake.scaleout import timeline
 from nodesync_sim.fake.scaleout.scenario import Expectation, Scenario, ScenarioError
 from nodesync_sim.fake.scaleout.scenario_file import load
@@ -212,10 +218,16 @@ async def run_scenario(scenario: Scenario) -> Outcome:
         chain.start_waves()
         await asyncio.sleep(expect.run_seconds)  # the scenario's length: all of it is watched
         taken = decisions(chain)
+        problems = []
+        if expect.episodes:
+            problems += await wait_for_episodes(chain, expect.episodes)
+        if chain.executor_settings.dry_run:
+            problems += dry_run_writes(chain, UNLIMITED_RESOURCES)
+            taken = await dry_run_decisions(chain)
         expected = frozenset((n, d) for n, d in expect.decisions.items() if d != "none")
         observed = frozenset(taken.items())
         steps = first_steps(chain, [n for n, _ in expected & observed])
-        problems = timing_problems(expect, steps)
+        problems += timing_problems(expect, steps)
         if expect.pause is not None:
             result = await chain.prom.query_async(
                 PAUSED.format(seconds=int(expect.run_seconds + 30))

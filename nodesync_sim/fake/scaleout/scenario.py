@@ -52,6 +52,10 @@ FAULT_KINDS: Final[tuple[str, ...]] = get_args(FaultKind)
 POD_FAULTS: Final = frozenset({PODS_PENDING, CRASH_LOOP, OOM_LOOP, AGENT_DOWN, MEMORY_PRESSURE})
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 Decision = Literal["none", "rollback", "delete", "cleanup", "evict"]
+#: How an alert episode ended: exporter.model.outcomes.OUTCOMES, in its order.
+EpisodeOutcome = Literal[
+    "remediated", "failed", "cleared", "refused", "held", "dry_run_cleared", "dry_run_outlasted"
+]
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -145,7 +149,9 @@ class Expectation(Section, frozen=True):
     Nodes not named expect ``none``. ``within_seconds``: each expected rollback's first step
     must come this long after its fault at most (None: not checked), and
     ``not_before_seconds`` at least this long (a hold the rollback must wait out; None: not
-    checked). ``pause``: whether rollbacks must be paused at some time (None: not checked)."""
+    checked). ``pause``: whether rollbacks must be paused at some time (None: not checked).
+    ``episodes``: alert name -> outcome -> how many of its episodes the controller must have
+    counted so (``nodesync_alert_episodes_total``); an outcome not named must count none."""
 
     decisions: dict[str, Decision] = msgspec.field(default_factory=dict)
     within_seconds: PositiveSeconds | None = None
@@ -153,6 +159,7 @@ class Expectation(Section, frozen=True):
     run_seconds: PositiveSeconds = 60.0
     pause: bool | None = None
     alerts: tuple[str, ...] = ()  # alerts that must fire at some point of the run
+    episodes: dict[str, dict[EpisodeOutcome, Count]] = msgspec.field(default_factory=dict)
 
 
 class ScrapeFailures(Section, frozen=True):

@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
+from exporter.model.outcomes import OUTCOMES
 from nodesync_sim.fake.scaleout.scenario import (
     CRASH_LOOP,
     LEASE_STOPS,
+    EpisodeOutcome,
     ScenarioError,
     Timing,
 )
@@ -45,6 +47,13 @@ def test_the_shipped_scenarios_parse() -> None:
     assert len(SCENARIOS) >= 3
     for path in SCENARIOS:
         assert load(path).name == path.stem
+
+
+def test_an_expected_episode_outcome_is_one_nodesync_counts() -> None:
+    assert get_args(EpisodeOutcome) == OUTCOMES
+    scenario = parse({**GOOD, "expect": {"episodes": {"A": {"dry_run_cleared": 2}}}})
+    assert scenario.expect is not None
+    assert scenario.expect.episodes == {"A": {"dry_run_cleared": 2}}
 
 
 def test_a_good_scenario_reads_as_written() -> None:
@@ -205,6 +214,16 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "a first step due before it may come",
         _with("expect", {"within_seconds": 10, "not_before_seconds": 20}),
         "$.expect.not_before_seconds: 20 is after within_seconds (10)",
+    ),
+    (
+        "an episode outcome nodesync does not count",
+        _with("expect", {"episodes": {"NodesyncNewNodeNotReady": {"ignored": 1}}}),
+        "$.expect.episodes[...]: a key: invalid enum value 'ignored'",
+    ),
+    (
+        "a negative count of episodes",
+        _with("expect", {"episodes": {"NodesyncNewNodeNotReady": {"held": -1}}}),
+        "$.expect.episodes[...][...]: expected `int` >= 0",
     ),
     (
         "a wave name with capitals",

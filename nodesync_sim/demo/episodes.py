@@ -1,0 +1,116 @@
+"""How the alert episodes of a library scenario ended, against what it expects (its
+``expect.episodes``), and a dry run's decisions.
+
+The counts are ``nodesync_alert_episodes_total`` as Prometheus last scraped it from the
+controller. An episode is counted once Alertmanager's resolved notification reached the hook
+(and, where a rollback ran, once it ended), which can come a little after the scenario's
+``run_seconds``: the run waits until the counts are the expected ones, for at most
+:data:`EPISODES_WITHIN`.
+
+A dry run writes nothing, so its decisions are read from the controller's journal: for each
+episode nodesync would have acted on that lasted longer than ``dry_run_clear_within`` after
+that decision (``dry_run_outlasted``: the action was needed), the decision it would have
+taken about the node; an episode that cleared by itself within it (``dry_run_cleared``: a
+false positive of the rule) is a decision of ``none``. Scored against the nodes the scenario
+says needed an action, precision and recall say whether nodesync told the rule's true
+positives from its false ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+
+from exporter.controller.journal import DecisionRecord, Journal
+from exporter.model.outcomes import DRY_RUN_OUTLASTED, OUTCOMES
+from exporter.model.rollback import Action
+from nodesync_sim.demo.chain import CONTROLLER_USER, Chain
+from nodesync_sim.fake.scaleout.scenario import EpisodeOutcome
+
+EPISODES = "sum by (alertname, outcome) (nodesync_alert_episodes_total)"
+#: How long after the run the expected counts may take to show (a resolved notification on its
+#: way, a scrape and the controller's next pass).
+EPISODES_WITHIN = 20.0
+_POLL = 0.5
+
+#: The decision a dry-run episode's action would have been, as the library names decisions.
+WOULD = {
+    Action.ROLLBACK_NODE.value: "rollback",
+    Action.CLEANUP_ORPHANS.value: "cleanup",
+    Action.EVICT_POD.value: "evict",
+}
+
+Counts = Mapping[str, Mapping[str, int]]
+Expected = Mapping[str, Mapping[EpisodeOutcome, int]]
+
+
+def episode_problems(expected: Expected, counted: Counts) -> list[str]:
+    """Each expected alert name's outcome counted another number of times than expected (an
+    outcome not named: none), as problem lines."""
+    problems = []
+    for alertname, outcomes in sorted(expected.items()):
+        wanted: dict[str, int] = dict(outcomes.items())
+        seen = counted.get(alertname, {})
+        for outcome in OUTCOMES:
+            want, got = wanted.get(outcome, 0), seen.get(outcome, 0)
+            if got != want:
+                problems.append(f"{alertname}: {got} episodes {outcome} ({want} expected)")
+    return problems
+
+
+async def counted(chain: Chain) -> dict[str, dict[str, int]]:
+    """The episodes counted, alert name -> outcome -> count."""
+    out: dict[str, dict[str, int]] = {}
+    for row in await chain.prom.query_async(EPISODES):
+        labels = row["metric"]
+        out.setdefault(labels["alertname"], {})[labels["outcome"]] = int(float(row["value"][1]))
+    return out
+
+
+async def wait_for_episodes(
+    chain: Chain, expected: Expected, within: float = EPISODES_WITHIN
+) -> list[str]:
+    """Wait until the counts are the expected ones; what still differs after ``within``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        problems = episode_problems(expected, await counted(chain))
+        if not problems or loop.time() >= deadline:
+            return problems
+        await asyncio.sleep(_POLL)
+
+
+def dry_run_writes(chain: Chain, unlimited: frozenset[str]) -> list[str]:
+    """In a dry run, every controller write but those of ``unlimited`` (its leader Lease) is a
+    problem: nothing may be written."""
+    writes = [e for e in chain.audit.by(CONTROLLER_USER) if e.resource not in unlimited]
+    if not writes:
+        return []
+    first = writes[0]
+    return [
+        f"a dry run, yet the controller wrote {len(writes)} times (first: {first.verb} "
+        f"{first.resource}/{first.name})"
+    ]
+
+
+async def dry_run_decisions(chain: Chain) -> dict[str, str]:
+    """Per node, the decision a dry run would have taken for an episode that outlasted
+    ``dry_run_clear_within`` (the journal's outcomes)."""
+    journal = await Journal.open_read_only(str(chain.journal_path))
+    try:
+        ended = await journal.outcomes()
+    finally:
+        await journal.close()
+    return would_have(ended, delete=chain.executor_settings.policy.delete_nodes)
+
+
+def would_have(ended: Iterable[tuple[DecisionRecord, str]], *, delete: bool) -> dict[str, str]:
+    """Node -> the decision of each ended episode that outlasted its dry run's
+    ``dry_run_clear_within``: a node rollback is a ``delete`` with ``delete``."""
+    out: dict[str, str] = {}
+    for decision, outcome in ended:
+        would = WOULD.get(decision.action)
+        if outcome != DRY_RUN_OUTLASTED or would is None:
+            continue
+        out[decision.node] = "delete" if delete and would == "rollback" else would
+    return out
