@@ -15,14 +15,16 @@ pytestmark = [pytest.mark.prometheus]
 #: Quick ones (30 to 40 s each after the chain started) that stage what only the simulator's
 #: newer parts can: a control-plane blip's pause, a frozen simulated runtime rolled back to the
 #: delete, a PodDisruptionBudget that blocks a drain until it is relaxed (it must have refused
-#: at least once), a controller restarted mid-rollback (it must have been), and a wave whose
-#: failed joins burn the join SLO (its alert must have fired).
+#: at least once), a controller restarted mid-rollback (it must have been), a wave whose
+#: failed joins burn the join SLO (its alert must have fired), and a dry run whose alert
+#: episodes end half cleared by themselves, half outlasting its clear window (both counted).
 FAST = [
     "control-plane-blip.json",
     "frozen-runtime.json",
     "pdb-blocks-then-allows.json",
     "controller-restart.json",
     "join-slo.json",
+    "dry-run-precision.json",
 ]
 
 

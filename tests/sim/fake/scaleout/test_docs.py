@@ -1,5 +1,6 @@
 """docs/simulator.md and docs/e2e.md agree with the code: every scenario key, timing default,
-fault kind and controller setting is documented, and links resolve."""
+fault kind and controller setting is documented, every scenario of the library is in e2e.md's
+table, and links resolve."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import msgspec
 import pytest
 
 from nodesync_sim.fake.scaleout.scenario import FAULT_KINDS, Timing
-from nodesync_sim.fake.scaleout.scenario_file import CONTROLLER_KEYS, TOP_KEYS
+from nodesync_sim.fake.scaleout.scenario_file import CONTROLLER_KEYS, TOP_KEYS, load
 from tests.deploy.test_links import _check
 from tests.support.docs import markdown_anchors, markdown_table
 
 DOCS = Path(__file__).resolve().parents[4] / "docs"
 SIMULATOR = (DOCS / "simulator.md").read_text(encoding="utf-8")
+SCENARIOS_DIR = DOCS.parent / "scenarios"
 
 
 def test_every_top_level_key_is_documented() -> None:
@@ -57,3 +59,9 @@ def test_links_resolve(name: str) -> None:
         elif found := _check(target, doc.parent):
             problems.append(found)
     assert problems == []
+
+
+def test_the_library_table_lists_every_scenario_of_the_library() -> None:
+    rows = markdown_table((DOCS / "e2e.md").read_text(encoding="utf-8"), "scenario")
+    scored = {s.name for s in (load(p) for p in SCENARIOS_DIR.glob("*.json")) if s.expect}
+    assert sorted(row["scenario"] for row in rows) == sorted(scored)
