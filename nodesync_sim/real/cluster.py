@@ -39,9 +39,13 @@ class RealCluster:
         etcd: str,
         timers: ControlPlaneTimers | None = None,
         base_dir: str | None = None,
+        *,
+        service_accounts: bool = False,
     ) -> None:
         self.binaries = binaries
-        self.plane = ControlPlane(binaries, etcd, timers, base_dir)
+        self.plane = ControlPlane(
+            binaries, etcd, timers, base_dir, service_accounts=service_accounts
+        )
         self.nodes: dict[str, RealNode] = {}
         self._removed: list[RealNode] = []
         self._next_address = 2

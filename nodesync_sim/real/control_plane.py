@@ -81,7 +81,12 @@ class ControlPlane:
         etcd: str,
         timers: ControlPlaneTimers | None = None,
         base_dir: str | None = None,
+        *,
+        service_accounts: bool = False,
     ) -> None:
+        """``service_accounts``: pods get their service account's token, as in any cluster
+        (the controller-manager's token controller writes them); off, a pod can be created the
+        moment its namespace is, before its ``default`` service account exists."""
         self.binaries = binaries
         self.timers = timers or ControlPlaneTimers()
         self.dir = Path(tempfile.mkdtemp(prefix="nodesync-cluster-", dir=base_dir))
@@ -98,6 +103,7 @@ class ControlPlane:
                     self.ca.directory / "apiserver-kubelet-client.key",
                 ),
                 allow_privileged=True,
+                service_accounts=service_accounts,
             ),
             directory=self.dir / "apiserver",
         )

@@ -120,6 +120,9 @@ class APIServerOptions:
     kubelet_client_cert: tuple[Path, Path] | None = None
     """(certificate, key) the server presents to kubelets (``kubectl logs/exec``)."""
     allow_privileged: bool = False
+    service_accounts: bool = False
+    """Pods get their service account's token (ServiceAccount admission): only where a
+    controller-manager's token controller writes the tokens it mounts."""
 
 
 class LocalKubeAPIServer:
@@ -543,8 +546,6 @@ class LocalKubeAPIServer:
             f"--service-account-key-file={files / 'sa.pub'}",
             f"--service-account-signing-key-file={files / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            # No token controller runs, so ServiceAccount admission would refuse every pod.
-            "--disable-admission-plugins=ServiceAccount",
             f"--audit-log-path={self.audit_log}",
             f"--audit-policy-file={files / 'audit-policy.yaml'}",
             # Stop in about a second instead of the 60 s a load balancer would want.
@@ -560,6 +561,9 @@ class LocalKubeAPIServer:
         args = []
         if options.admission_plugins:
             args.append("--enable-admission-plugins=" + ",".join(options.admission_plugins))
+        if not options.service_accounts:
+            # No token controller runs, so ServiceAccount admission would refuse every pod.
+            args.append("--disable-admission-plugins=ServiceAccount")
         if options.client_ca_file is not None:
             args.append(f"--client-ca-file={options.client_ca_file}")
         if options.kubelet_client_cert is not None:

@@ -20,7 +20,6 @@ import tempfile
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -33,12 +32,12 @@ from exporter import __version__
 from exporter.cri.pb import api_pb2, api_pb2_grpc
 from nodesync_sim.real.containerd import LocalContainerd
 from nodesync_sim.real.process import free_port
+from tests.deploy.conftest import BuiltImage
 from tests.deploy.manifests import BASE, ROOT, build, one
 from tests.support.wait import until
 
 pytestmark = [pytest.mark.containerd, pytest.mark.timeout(1800)]
 
-BUILD_TIMEOUT = 1500.0
 CALL_TIMEOUT = 60.0
 IMAGE = f"docker.io/library/nodesync:{__version__}"
 NODE_NAME = "image-test-node"
@@ -51,30 +50,6 @@ tools = ["gcc", "cc", "c++", "g++", "clang", "make", "git", "curl", "wget"]
 print(json.dumps({"pip_check": pip.returncode, "pip_output": pip.stdout.strip(),
                   "tools": [t for t in tools if shutil.which(t)]}))
 """
-
-
-@dataclass(frozen=True)
-class BuiltImage:
-    archive: Path
-    report: str  # what scripts/build-image printed
-
-
-@pytest.fixture(scope="session")
-def built_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltImage]:
-    archive = tmp_path_factory.mktemp("image") / "nodesync.oci.tar"
-    result = subprocess.run(
-        [str(ROOT / "scripts" / "build-image"), "--output", str(archive)],
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-        check=False,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"scripts/build-image failed:\n{result.stdout}{result.stderr}", pytrace=False)
-    try:
-        yield BuiltImage(archive, result.stdout)
-    finally:
-        archive.unlink(missing_ok=True)
 
 
 @functools.cache
