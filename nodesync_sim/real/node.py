@@ -195,6 +195,16 @@ class RealNode:
         """A port the node listens on, reachable from the machine at ``<name>:<port>``."""
         self.relay(f"/proc/self/ns/net,{self.name}:{port}={self.namespace.netns},127.0.0.1:{port}")
 
+    def command(self) -> list[str]:
+        """The argv prefix that runs a program in the node's namespaces, as a host-network pod
+        of the node (a monitoring stack, say) runs there."""
+        return self.namespace.command()
+
+    def publish(self, port: int) -> str:
+        """:meth:`expose` ``port``; the address the machine reaches it at."""
+        self.expose(port)
+        return f"{self.name}:{port}"
+
     def relay(self, *relays: str) -> None:
         """Start a relay between the node's network and the machine's (forward.py's format);
         it is stopped by :meth:`cleanup`."""

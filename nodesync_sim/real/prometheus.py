@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from nodesync_sim.real.process import ChildProcess, free_port, log_tail
 from nodesync_sim.real.removal import remove_tree
@@ -88,6 +88,19 @@ def _http(
             return int(err.code), bytes(err.read())
 
 
+class Placement(Protocol):
+    """Where a service runs when not on the machine's own network: a real node's namespaces
+    (:class:`~nodesync_sim.real.node.RealNode`), as a monitoring stack on a node would."""
+
+    def command(self) -> list[str]:
+        """The argv prefix that runs a program there."""
+        ...
+
+    def publish(self, port: int) -> str:
+        """``host:port`` where the machine reaches what listens on ``127.0.0.1:port`` there."""
+        ...
+
+
 class _LocalService:
     """One background server process with a fresh directory, a free port and a ready check."""
 
@@ -95,7 +108,11 @@ class _LocalService:
     binary = ""
     log_name = "service.log"
 
-    def __init__(self, base_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, base_dir: str | Path | None = None, placement: Placement | None = None
+    ) -> None:
+        self._placement = placement
+        self._published: str | None = None
         self._base_parent = str(base_dir) if base_dir is not None else None
         self._dir: Path | None = None
         self._last_dir: Path | None = None
@@ -127,13 +144,14 @@ class _LocalService:
 
     @property
     def address(self) -> str:
-        """``127.0.0.1:<port>``, as a scrape or Alertmanager target."""
+        """``127.0.0.1:<port>``, as a scrape or Alertmanager target (where it runs)."""
         return f"127.0.0.1:{self.port}"
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>``, without a trailing slash."""
-        return f"http://{self.address}"
+        """``http://127.0.0.1:<port>`` (with a placement: where the machine reaches it),
+        without a trailing slash."""
+        return f"http://{self._published or self.address}"
 
     @property
     def pid(self) -> int | None:
@@ -172,6 +190,8 @@ class _LocalService:
             self._write_config(self._dir)
             for attempt in range(_PORT_ATTEMPTS):
                 self._port = free_port()
+                if self._placement is not None:
+                    self._published = self._placement.publish(self._port)
                 self._spawn()
                 if self._wait_ready(timeout):
                     return
@@ -187,8 +207,9 @@ class _LocalService:
 
     def _spawn(self) -> None:
         directory = self.directory
+        prefix = self._placement.command() if self._placement is not None else []
         self._proc = ChildProcess(
-            self._command(directory, self.port),
+            [*prefix, *self._command(directory, self.port)],
             log_path=directory / self.log_name,
             cwd=directory,
             name=self.name,
@@ -300,8 +321,14 @@ class LocalPrometheus(_LocalService):
         alertmanager_urls: Sequence[str] = (),
         base_dir: str | Path | None = None,
         extra_args: Sequence[str] = (),
+        placement: Placement | None = None,
+        binary: str | None = None,
     ) -> None:
-        super().__init__(base_dir)
+        """``binary``: another Prometheus than the machine's (one with Kubernetes service
+        discovery, which Debian 12's lacks)."""
+        super().__init__(base_dir, placement)
+        if binary is not None:
+            self.binary = binary
         self.config: dict[str, Any] = {
             "global": {
                 "scrape_interval": scrape_interval,
@@ -492,8 +519,9 @@ class LocalAlertmanager(_LocalService):
         base_dir: str | Path | None = None,
         cluster_address: str | None = None,
         cluster_peers: Sequence[str] = (),
+        placement: Placement | None = None,
     ) -> None:
-        super().__init__(base_dir)
+        super().__init__(base_dir, placement)
         self.config_yaml = config_yaml
         if cluster_peers and cluster_address is None:
             raise ValueError("cluster peers need a cluster address to listen on")

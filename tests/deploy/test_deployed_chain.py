@@ -12,10 +12,15 @@ a pod address behind its Service, in dry run first and then acting.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import json
 import re
 import subprocess
 import tempfile
+import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +28,11 @@ from typing import Any
 
 import pytest
 
+from nodesync_sim.demo.chain import SHIPPED_ALERTMANAGER
+from nodesync_sim.fake.scaleout.overrides import alertmanager_config, rewrite_rules
 from nodesync_sim.real.cluster import RealCluster
 from nodesync_sim.real.node import RealNode
+from nodesync_sim.real.prometheus import LocalAlertmanager, LocalPrometheus
 from nodesync_sim.real.removal import remove_tree
 from tests.deploy.conftest import BuiltImage
 from tests.deploy.incluster import (
@@ -39,14 +47,19 @@ from tests.deploy.incluster import (
     operator_crd,
     wait_rolled_out,
 )
-from tests.deploy.manifests import BASE, build, one
+from tests.deploy.manifests import BASE, ROOT, build, one
+from tests.deploy.servicemonitor import scrape_configs
 from tests.support.kubeapi import find_binaries
-from tests.support.realcluster import kube_binaries, require_node_binaries
+from tests.support.realcluster import ALERTMANAGER, RULES, kube_binaries, require_node_binaries
 from tests.support.wait import until
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(1800)]
 
 NODES = 2
+MONITORING = "monitoring"
+PROMETHEUS_ACCOUNT = "prometheus-k8s"
+CONTROLLER_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:nodesync-controller"
+AGENT_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:nodesync-agent"
 
 
 @dataclass
@@ -242,3 +255,195 @@ def test_the_shipped_manifests_run_on_real_kubelets_as_docs_install_says(
     assert _controller_env(new)["NODESYNC_ROLLBACK_DELETE_NODES"] == "true"
     wait_rolled_out(installer, "daemonset", "nodesync-agent")
     assert installer.get("clusterrole", "nodesync-controller-delete-nodes")["rules"]
+
+    # Prometheus finds them the way the ServiceMonitors say; the deployed controller rolls a
+    # failed node back.
+    _monitor_and_roll_back(deployment, new)
+
+
+def _secret_value(installer: Installer, namespace: str, name: str, key: str) -> str:
+    data = installer.get("-n", namespace, "secret", name)["data"]
+    return base64.b64decode(data[key]).decode()
+
+
+def _prometheus_token(installer: Installer, path: Path) -> Path:
+    """The token of the service account the shipped monitoring Role is bound to (kube-prometheus'
+    Prometheus), written to ``path``."""
+    installer.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MONITORING}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": PROMETHEUS_ACCOUNT, "namespace": MONITORING},
+        },
+    )
+
+    def token_secret() -> str | None:
+        account = installer.get("-n", MONITORING, "serviceaccount", PROMETHEUS_ACCOUNT)
+        secrets = account.get("secrets") or []
+        return str(secrets[0]["name"]) if secrets else None
+
+    secret = until(token_secret, timeout=60, what="the Prometheus account's token")
+    path.write_text(_secret_value(installer, MONITORING, secret, "token"))
+    path.chmod(0o600)
+    return path
+
+
+def _shipped_rule_files(installer: Installer, directory: Path) -> list[Path]:
+    """The PrometheusRule as installed, as rule files, with the test's shorter timers."""
+    directory.mkdir()
+    files = []
+    for item in installer.get("-n", NAMESPACE, "prometheusrules")["items"]:
+        path = directory / f"{item['metadata']['name']}.json"
+        path.write_text(json.dumps({"groups": item["spec"]["groups"]}))
+        files.append(path)
+    assert files, "the monitoring component installed no PrometheusRule"
+    return rewrite_rules(files, RULES, directory / "test")
+
+
+def _monitor_and_roll_back(deployment: Deployment, controller: dict[str, Any]) -> None:
+    installer, cluster, workdir = deployment.installer, deployment.cluster, deployment.workdir
+    by_name = {node.name: node for node in deployment.nodes}
+    # The monitoring stack runs on the controller's node (host network), the failure on the other.
+    monitoring_node = by_name[controller["spec"]["nodeName"]]
+    (failing,) = [node for node in deployment.nodes if node is not monitoring_node]
+
+    api = cluster.api
+    sd = {
+        "api_server": api.url,  # the node's loopback carries it to the API server
+        "tls_config": {"ca_file": str(api.ca_file)},
+        "authorization": {"credentials_file": str(_prometheus_token(installer, workdir / "sa"))},
+    }
+    monitors = installer.get("-n", NAMESPACE, "servicemonitors")["items"]
+    assert {m["metadata"]["name"] for m in monitors} == {"nodesync-agent", "nodesync-controller"}
+    jobs = [job for m in monitors for job in scrape_configs(m, sd, interval="1s")]
+
+    hook_token = workdir / "hook-token"
+    hook_token.write_text(_secret_value(installer, NAMESPACE, "nodesync-webhook-token", "token"))
+    service = installer.get("-n", NAMESPACE, "service", "nodesync-controller")["spec"]
+    # No cluster DNS runs here: the Service's name is resolved to its address, as DNS would.
+    hook_url = f"http://{service['clusterIP']}:9618/alerts"
+    config = alertmanager_config(
+        SHIPPED_ALERTMANAGER, ALERTMANAGER, hook_url=hook_url, token_file=hook_token
+    )
+    with contextlib.ExitStack() as stack:
+        am = LocalAlertmanager(config, base_dir=workdir, placement=monitoring_node)
+        stack.callback(am.cleanup)
+        am.start()
+        prom = LocalPrometheus(
+            jobs,
+            _shipped_rule_files(installer, workdir / "rules"),
+            alertmanager_urls=[f"http://{am.address}"],
+            base_dir=workdir,
+            placement=monitoring_node,
+            binary=_prometheus_with_kubernetes_sd(),
+        )
+        stack.callback(prom.cleanup)
+        prom.start()
+
+        # Every agent with its node's name, the controller without one, all up.
+        def targets() -> dict[tuple[str, str], str] | None:
+            found = {
+                (t["labels"]["job"], t["labels"].get("node", "")): t["health"]
+                for t in prom.targets()
+            }
+            return found if set(found.values()) == {"up"} and len(found) == 3 else None
+
+        found = until(
+            targets, timeout=60, what="every target up", detail=lambda: str(prom.targets())
+        )
+        assert set(found) == {
+            *(("nodesync-agent", name) for name in by_name),
+            ("nodesync-controller-metrics", ""),
+        }
+        groups = prom.rules()
+        assert groups
+        assert all(r["health"] == "ok" for g in groups for r in g["rules"]), groups
+
+        # The failure: a kubelet goes silent, its containerd and agent live on.
+        mark = api.audit_log.read_bytes().rfind(b"\n") + 1
+        frozen = time.monotonic()
+        failing.freeze_kubelet()
+        until(
+            lambda: any(
+                a["labels"].get("alertname") == "NodesyncNewNodeNotReady"
+                and a["labels"].get("node") == failing.name
+                and a["state"] == "firing"
+                for a in prom.alerts()
+            ),
+            timeout=120,
+            what=f"NodesyncNewNodeNotReady firing for {failing.name}",
+        )
+        firing = time.monotonic() - frozen
+        rollback = until(
+            lambda: _ended_rollback(installer, failing.name),
+            timeout=180,
+            what=f"the deployed controller's rollback of {failing.name}",
+            detail=lambda: installer.kubectl(
+                "-n", NAMESPACE, "logs", "deployment/nodesync-controller"
+            ),
+        )
+        assert rollback["status"]["phase"] == "Succeeded", rollback["status"]
+        ended = time.monotonic() - frozen
+        print(
+            f"\n[deploy] {failing.name}: kubelet frozen; alert firing at +{firing:.1f} s, "
+            f"rollback by the deployed controller ended at +{ended:.1f} s"
+        )
+        until(
+            lambda: cluster.node_object(failing.name) is None,
+            timeout=60,
+            what=f"the Node {failing.name} deleted",
+        )
+
+        # The audit log: each effect once, by the controller's account, and nothing refused.
+        events = _audit_events(api.audit_log, mark)
+        assert not [e for e in events if e["responseStatus"]["code"] == 403]
+        writes = Counter(
+            (e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("name"))
+            for e in events
+            if e["user"]["username"] == CONTROLLER_ACCOUNT
+            and e["verb"] in ("patch", "update", "delete", "create")
+            and e["objectRef"].get("resource") == "nodes"
+            and 200 <= e["responseStatus"]["code"] < 300
+        )
+        assert writes[("delete", "nodes", failing.name)] == 1, writes
+        assert set(writes) <= {("patch", "nodes", failing.name), ("delete", "nodes", failing.name)}
+
+
+def _prometheus_with_kubernetes_sd() -> str:
+    """Debian 13's Prometheus, unpacked by scripts/setup-prometheus (Debian 12's has no
+    Kubernetes service discovery)."""
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "setup-prometheus"), "--print-dir", "--no-fetch"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(result.stderr.strip(), pytrace=False)
+    return str(Path(result.stdout.strip()) / "usr" / "bin" / "prometheus")
+
+
+def _ended_rollback(installer: Installer, node: str) -> dict[str, Any] | None:
+    items = installer.get("noderollbacks")["items"]
+    mine = [r for r in items if r["spec"].get("nodeName") == node]
+    if not mine:
+        return None
+    assert len(mine) == 1, [r["spec"] for r in mine]
+    phase = (mine[0].get("status") or {}).get("phase")
+    return mine[0] if phase in ("Succeeded", "Failed") else None
+
+
+def _audit_events(log: Path, since: int) -> list[dict[str, Any]]:
+    """The nodesync accounts' completed requests after byte ``since`` of the audit log."""
+    with log.open("rb") as stream:
+        stream.seek(since)
+        lines = stream.read().decode().split("\n")[:-1]
+    events = [json.loads(line) for line in lines if line]
+    return [
+        e
+        for e in events
+        if e.get("stage") == "ResponseComplete"
+        and e["user"]["username"] in (CONTROLLER_ACCOUNT, AGENT_ACCOUNT)
+    ]
