@@ -50,12 +50,12 @@ from typing import Any
 import aiohttp
 import yaml
 
-from bench.controller_decisions import alert, delivery
 from bench.harness.objects import registered_node
 from bench.harness.processes import Children, nodesync_child
 from bench.harness.readiness import wait_http
 from bench.harness.report import command, machine
 from bench.harness.stats import summary_ms
+from bench.harness.webhook import alert, delivery
 from exporter.model.rfc3339 import parse_time
 from nodesync_sim.real.kube_apiserver import ADMIN, LocalKubeAPIServer
 from nodesync_sim.real.process import free_port

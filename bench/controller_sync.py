@@ -22,15 +22,22 @@ floor of start-until-synced, and what the two lists cost decoded); and a bare ai
 serving the controller's last exposition as it is, scraped at rest alternately with the
 controller (the floor of a scrape of those bytes).
 
+With ``--failing N``, the last N nodes fail as a cohort and the controller runs with the
+webhook and the executor, so that its executor series are measured too
+(bench.controller_cohort). The result counts the exposition's samples by metric name and the
+node series per node.
+
 No root needed:
 
     .venv/bin/python -m bench.controller_sync [--nodes 1000] [--seconds 30] [--rate 100]
+    .venv/bin/python -m bench.controller_sync --nodes 5000 --failing 50
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import random
 import shutil
@@ -43,7 +50,8 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.harness.apiserver import SimAPIServer
+from bench.controller_cohort import controller_args, fail, hold, token
+from bench.harness.apiserver import JSONObject, SimAPIServer
 from bench.harness.exposition import sample_value
 from bench.harness.objects import lease_body, lease_path, registered_node
 from bench.harness.pacing import bounded, sleep_until
@@ -63,11 +71,20 @@ RENEW_FAMILY = b"nodesync_node_lease_renew_timestamp_seconds{"
 # ---------------------------------------------------------------- Nodes and Leases
 
 
-async def populate_nodes(api: SimAPIServer, names: Sequence[str]) -> dict[str, float]:
-    """Create the Nodes, then their Leases; the renew timestamps written, by lease name."""
+async def populate_nodes(
+    api: SimAPIServer, names: Sequence[str], failing: int = 0
+) -> dict[str, float]:
+    """Create the Nodes (the last ``failing`` of them NotReady, bench.controller_cohort), then
+    their Leases; the renew timestamps written, by lease name."""
     now = time.time()
+    first_failing = len(names) - failing
+
+    def body(index: int, name: str) -> JSONObject:
+        node = registered_node(name, index, now)
+        return fail(node) if index >= first_failing else node
+
     nodes = await bounded(
-        [api.create("/api/v1/nodes", registered_node(n, i, now)) for i, n in enumerate(names)],
+        [api.create("/api/v1/nodes", body(i, n)) for i, n in enumerate(names)],
         32,
     )
     renew = {n: format_micro_time(time.time()) for n in names}
@@ -337,7 +354,13 @@ async def scrape_floor(
         floor.stop()
 
 
-def start_controller(api: SimAPIServer, port: int, log: Path) -> ChildProcess:
+def start_controller(
+    api: SimAPIServer,
+    port: int,
+    log: Path,
+    extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> ChildProcess:
     return start_nodesync(
         "controller",
         "--kubeconfig",
@@ -346,13 +369,25 @@ def start_controller(api: SimAPIServer, port: int, log: Path) -> ChildProcess:
         f"127.0.0.1:{port}",
         "--log.level",
         "warning",
+        *extra,
         log=log,
+        env=env,
     )
 
 
-async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dict[str, object]:
+def series(body: bytes, nodes: int) -> dict[str, object]:
+    """The exposition's samples by metric name, and those with a ``node`` label per node."""
+    lines = [ln for ln in body.splitlines() if not ln.startswith(b"#")]
+    by_name = collections.Counter(ln.split(b"{", 1)[0].split(b" ", 1)[0].decode() for ln in lines)
+    per_node = sum(1 for ln in lines if b'node="' in ln.split(b"} ", 1)[0])
+    return {"node_series_per_node": per_node / max(1, nodes), "samples_by_name": dict(by_name)}
+
+
+async def run(
+    nodes: int, seconds: float, rate: float, rest_scrapes: int, failing: int = 0
+) -> dict[str, object]:
     """Populate, start the controller and time its sync, follow the renewals, catch up,
-    scrape at rest; the figures of the run."""
+    scrape at rest; the figures of the run. ``failing``: see bench.controller_cohort."""
     where = machine()
     workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-"))
     api = SimAPIServer(workdir)
@@ -361,14 +396,21 @@ async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dic
         await api.start()
         names = [f"node-{i:04d}" for i in range(nodes)]
         started = time.perf_counter()
-        written = await populate_nodes(api, names)
+        written = await populate_nodes(api, names, failing)
         populate_s = time.perf_counter() - started
         floors = await list_floor(api, workdir, nodes)
 
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         started = time.monotonic()
-        controller = start_controller(api, port, workdir / "controller.log")
+        secret = token()
+        controller = start_controller(
+            api,
+            port,
+            workdir / "controller.log",
+            controller_args(workdir) if failing else (),
+            {"NODESYNC_WEBHOOK_TOKEN": secret} if failing else None,
+        )
         pid = controller.pid
         assert pid is not None
         async with aiohttp.ClientSession() as http:
@@ -387,6 +429,7 @@ async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dic
             assert nodes_shown == nodes, "nodesync_nodes is not the node count"
             assert renew_timestamps(body) == written, "the listed renew times are not the written"
             rss_synced = rss_bytes(pid)
+            held = await hold(http, base, secret, names[nodes - failing :]) if failing else None
             seen = await follow_renewals(http, base, api, controller, names, written, seconds, rate)
             catch_up_s, missing = await catch_up(http, base, written, seen.renewals.last_done)
             _, _, last = await scrape_at_rest(http, base, pid, 3)
@@ -443,6 +486,8 @@ async def run(nodes: int, seconds: float, rate: float, rest_scrapes: int) -> dic
             "floor_cpu_seconds_per_scrape": floors.scrape_cpu_s,
             "exposition_bytes": len(body),
             "exposition_samples": sum(1 for ln in body.splitlines() if not ln.startswith(b"#")),
+            "failing_cohort": held,
+            **series(body, nodes),
             "controller_rss_bytes": rss_bytes(pid),
             "controller_peak_rss_bytes": peak_rss_bytes(pid),
         }
@@ -459,8 +504,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="how long leases are renewed")
     parser.add_argument("--rate", type=float, default=100.0, help="lease renewals per second")
     parser.add_argument("--rest-scrapes", type=int, default=100, help="scrapes timed at rest")
+    parser.add_argument(
+        "--failing",
+        type=int,
+        default=0,
+        help="nodes registered NotReady, of an image of their own, with the webhook and the "
+        "executor on and an alert held about each (bench.controller_cohort); 0: the controller "
+        "alone",
+    )
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args.nodes, args.seconds, args.rate, args.rest_scrapes))
+    if not 0 <= args.failing <= args.nodes:
+        parser.error("--failing: from 0 to --nodes")
+    result = asyncio.run(run(args.nodes, args.seconds, args.rate, args.rest_scrapes, args.failing))
     result["command"] = command("bench.controller_sync", argv)
     print(json.dumps(result, indent=2))
     return 0
