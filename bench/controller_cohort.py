@@ -12,8 +12,8 @@ none of the executor's series. With it:
   ``--rollback.dry-run`` (nothing is written to the API server) and ``--cohort.failing-for 1s``
   (the nodes count as failing a second after they were registered, not after 5 minutes);
 - once the cohort series show, one delivery of ``NodesyncNewNodeNotReady`` about each failing
-  node is sent, and the benchmark waits until each of them is held back
-  (``nodesync_alert_held``, one series per node).
+  node (or the first ``--held`` of them; none with ``--held 0``) is sent, and the benchmark
+  waits until each of them is held back (``nodesync_alert_held``, one series per node).
 
 So the measured exposition holds ``nodesync_cohort_*``, ``nodesync_alert_held`` and
 ``nodesync_alert_episodes_total`` (its 7 series once the alert name was decided) besides the
@@ -77,13 +77,15 @@ async def _scrape(http: aiohttp.ClientSession, url: str) -> bytes:
 async def hold(
     http: aiohttp.ClientSession, base: str, secret: str, names: Sequence[str], within: float = 120
 ) -> dict[str, object]:
-    """Wait for the failing nodes' cohorts, deliver an alert about each failing node, and wait
-    until every one is held; what /metrics shows then."""
+    """Wait for the failing nodes' cohorts, deliver an alert about each of ``names`` (if any),
+    and wait until every one is held; what /metrics shows then."""
     deadline = time.monotonic() + within
     while not samples(body := await _scrape(http, f"{base}/metrics"), COHORT_NODES):
         if time.monotonic() > deadline:
             raise AssertionError("no cohort series: the failing nodes were not judged")
         await asyncio.sleep(0.2)
+    if not names:
+        return {"held_series": 0, "cohort_series": _cohort_series(body)}
     hook = Hook(f"{base}/alerts", secret)
     try:
         status, seconds = await hook.post(delivery([alert(n, time.time() - 60) for n in names]))
@@ -97,11 +99,12 @@ async def hold(
         body = await _scrape(http, f"{base}/metrics")
     reasons = collections.Counter(dict(labels)["reason"] for labels in held)
     return {
-        "failing_nodes": len(names),
         "delivery_answered_s": seconds,
         "held_series": len(held),
         "held_by_reason": dict(reasons),
-        "cohort_series": sum(
-            1 for line in body.splitlines() if line.startswith(b"nodesync_cohort_")
-        ),
+        "cohort_series": _cohort_series(body),
     }
+
+
+def _cohort_series(body: bytes) -> int:
+    return sum(1 for line in body.splitlines() if line.startswith(b"nodesync_cohort_"))

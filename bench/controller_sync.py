@@ -24,7 +24,8 @@ controller (the floor of a scrape of those bytes).
 
 With ``--failing N``, the last N nodes fail as a cohort and the controller runs with the
 webhook and the executor, so that its executor series are measured too
-(bench.controller_cohort). The result counts the exposition's samples by metric name and the
+(bench.controller_cohort); an alert about each failing node is held, or about the first H of
+them with ``--held H``. The result counts the exposition's samples by metric name and the
 node series per node.
 
 No root needed:
@@ -384,10 +385,17 @@ def series(body: bytes, nodes: int) -> dict[str, object]:
 
 
 async def run(
-    nodes: int, seconds: float, rate: float, rest_scrapes: int, failing: int = 0
+    nodes: int,
+    seconds: float,
+    rate: float,
+    rest_scrapes: int,
+    failing: int = 0,
+    held: int | None = None,
 ) -> dict[str, object]:
     """Populate, start the controller and time its sync, follow the renewals, catch up,
-    scrape at rest; the figures of the run. ``failing``: see bench.controller_cohort."""
+    scrape at rest; the figures of the run. ``failing``, ``held`` (default: ``failing``): see
+    bench.controller_cohort."""
+    held = failing if held is None else held
     where = machine()
     workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-"))
     api = SimAPIServer(workdir)
@@ -429,7 +437,10 @@ async def run(
             assert nodes_shown == nodes, "nodesync_nodes is not the node count"
             assert renew_timestamps(body) == written, "the listed renew times are not the written"
             rss_synced = rss_bytes(pid)
-            held = await hold(http, base, secret, names[nodes - failing :]) if failing else None
+            first = nodes - failing
+            cohort = (
+                await hold(http, base, secret, names[first : first + held]) if failing else None
+            )
             seen = await follow_renewals(http, base, api, controller, names, written, seconds, rate)
             catch_up_s, missing = await catch_up(http, base, written, seen.renewals.last_done)
             _, _, last = await scrape_at_rest(http, base, pid, 3)
@@ -486,7 +497,9 @@ async def run(
             "floor_cpu_seconds_per_scrape": floors.scrape_cpu_s,
             "exposition_bytes": len(body),
             "exposition_samples": sum(1 for ln in body.splitlines() if not ln.startswith(b"#")),
-            "failing_cohort": held,
+            "failing_cohort": {"failing_nodes": failing, "alerts": held, **cohort}
+            if cohort
+            else None,
             **series(body, nodes),
             "controller_rss_bytes": rss_bytes(pid),
             "controller_peak_rss_bytes": peak_rss_bytes(pid),
@@ -512,10 +525,20 @@ def main(argv: list[str] | None = None) -> int:
         "executor on and an alert held about each (bench.controller_cohort); 0: the controller "
         "alone",
     )
+    parser.add_argument(
+        "--held",
+        type=int,
+        default=None,
+        help="of the failing nodes, how many get an alert that is held (default: all)",
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.failing <= args.nodes:
         parser.error("--failing: from 0 to --nodes")
-    result = asyncio.run(run(args.nodes, args.seconds, args.rate, args.rest_scrapes, args.failing))
+    if args.held is not None and not 0 <= args.held <= args.failing:
+        parser.error("--held: from 0 to --failing")
+    result = asyncio.run(
+        run(args.nodes, args.seconds, args.rate, args.rest_scrapes, args.failing, args.held)
+    )
     result["command"] = command("bench.controller_sync", argv)
     print(json.dumps(result, indent=2))
     return 0
