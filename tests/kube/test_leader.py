@@ -79,10 +79,13 @@ class Writes(KubeAPI):
         self.after_get: asyncio.Barrier | None = None
 
     async def get(self, resource: Resource, *args: Any, **kw: Any) -> Any:
-        obj = await super().get(resource, *args, **kw)
-        if self.after_get is not None:  # both candidates read before either writes
-            await self.after_get.wait()
-        return obj
+        try:
+            return await super().get(resource, *args, **kw)
+        finally:
+            # Both candidates read (found the Lease or not) before either writes; a read that
+            # raised NotFound waits too, or the other could create first and read it held.
+            if self.after_get is not None:
+                await self.after_get.wait()
 
     async def request(
         self, method: str, resource: Resource, verb: str, path: str, **kw: Any
@@ -329,7 +332,8 @@ async def test_a_409_race_resolves_to_one_leader(
         barrier = asyncio.Barrier(2)
         for elector in (a, b):
             elector._api.after_get = barrier  # type: ignore[attr-defined]
-        results = await asyncio.gather(a.try_acquire_or_renew(), b.try_acquire_or_renew())
+        async with asyncio.timeout(30):  # a candidate stuck at the barrier fails, not hangs
+            results = await asyncio.gather(a.try_acquire_or_renew(), b.try_acquire_or_renew())
     assert sorted(results) == [False, True]
     winner = a if results[0] else b
     await cluster.expect(
