@@ -153,7 +153,7 @@ def _broken_network(realchain: RealChain, node: RealNode, mark: int) -> None:
         # One eviction, of that pod, and the cleanup request; nothing refused.
         events = product_events(api, mark)
         assert refused(events) == []
-        effects = controller_effects(api, events)
+        effects = controller_effects(api, events, name)
         assert effects == {("create", "pods", "eviction"): 1, ("patch", "nodes", None): 1}, effects
         evicted = [
             e["objectRef"]["name"]

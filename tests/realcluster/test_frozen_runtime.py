@@ -140,7 +140,7 @@ def _frozen_runtime(realchain: RealChain, node: RealNode, mark: int) -> None:
         # Every effect exactly once, nothing refused; each step's Event once on the Node.
         events = product_events(api, mark)
         assert refused(events) == []
-        effects = controller_effects(api, events)
+        effects = controller_effects(api, events, name)
         assert effects[("delete", "nodes", None)] == 1, effects
         assert effects[("create", "pods", "eviction")] == 2, effects
         reasons = [e["reason"] for e in events_about(realchain, "Node", name)]

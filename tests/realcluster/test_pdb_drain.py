@@ -246,7 +246,7 @@ def _with_budget(
     assert {p for p, _ in refusals} == {second}, evictions
     assert all(first_at < at < second_at for _, at in refusals), evictions
     assert first_ready <= second_at, (first_ready, second_at)
-    effects = controller_effects(api, events)
+    effects = controller_effects(api, events, name)
     assert effects[("create", "pods", "eviction")] == REPLICAS, effects
     assert effects[("delete", "nodes", None)] == 1, effects
     assert effects[("delete", "pods", None)] == 0, effects  # nothing forced

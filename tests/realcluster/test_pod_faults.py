@@ -156,7 +156,7 @@ def test_crash_looping_and_oom_killed_pods_are_evicted_and_the_node_stays(
             # Every effect exactly once, nothing refused, the node left alone.
             events = product_events(api, mark)
             assert refused(events) == []
-            effects = controller_effects(api, events)
+            effects = controller_effects(api, events, name)
             assert effects == {("create", "pods", "eviction"): len(CASES)}, effects
             found = api.ok("GET", f"/api/v1/nodes/{name}")
             assert condition(found, "Ready")["status"] == "True"

@@ -90,7 +90,7 @@ def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int) -> None:
         # Every effect exactly once, nothing refused.
         events = product_events(api, mark)
         assert refused(events) == []
-        effects = controller_effects(api, events)
+        effects = controller_effects(api, events, name)
         assert effects[("delete", "nodes", None)] == 1, effects
         assert effects[("create", "pods", "eviction")] == 2, effects
 
@@ -246,7 +246,7 @@ def _agent_dead_too(realchain: RealChain, node: RealNode, mark: int) -> None:
         agent_user = api.identities[AGENT].user
         assert [e["requestURI"] for e in events if e["user"]["username"] == agent_user
                 and e["verb"] not in ("get", "list", "watch")] == []  # fmt: skip
-        effects = controller_effects(api, events)
+        effects = controller_effects(api, events, name)
         # cordon, taint, the cleanup request; each pod's eviction; the Node's deletion.
         assert effects == {
             ("patch", "nodes", None): 3,
