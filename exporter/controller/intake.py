@@ -60,6 +60,7 @@ from exporter.kube.noderollbacks import RollbackWrites, object_json
 from exporter.metrics.rollback import RollbackMetrics
 from exporter.model.alerts import Alert
 from exporter.model.clusterview import ClusterView
+from exporter.model.cohorts import CohortTable
 from exporter.model.decision import (
     ESCALATE,
     PLAN,
@@ -69,7 +70,7 @@ from exporter.model.decision import (
     decide,
     new_rollback,
 )
-from exporter.model.guards import GuardState
+from exporter.model.guards import GuardState, cohort_table
 from exporter.model.holds import Hold, holds
 from exporter.model.planner import RESOLVED
 from exporter.model.rollback import (
@@ -154,6 +155,8 @@ class Intake:
         every accepted one was; refusals and waits are recorded after that."""
         self.decided = 0
         view = self._cluster.view()
+        # The cohorts as of the pass's start, walked once for all its alerts and its holds.
+        cohorts = cohort_table(view, self._policy, self._clock())
         state = await self._state()
         refused: list[tuple[AlertRecord, Refusal, float]] = []
         held: list[tuple[AlertRecord, Refusal]] = []
@@ -163,7 +166,7 @@ class Intake:
             await turn.pause()  # alerts still held back are judged again without any I/O
             now = self._clock()
             while True:
-                decision = decide(alert.alert, view, state, self._policy, now)
+                decision = decide(alert.alert, view, state, self._policy, now, cohorts)
                 if decision.verdict in (WAITS, REFUSED):
                     break
                 taken, rollback = await self._carry_out(alert, decision, view, state, now)
@@ -196,11 +199,15 @@ class Intake:
             await self._refuse(alert, refusal, now)
         for alert, refusal in held:
             self._defer(alert, refusal)
-        await self._hold(view, state, [(a.alert, r.reason) for a, r in held])
+        await self._hold(view, state, cohorts, [(a.alert, r.reason) for a, r in held])
         await self.episodes.close()
 
     async def _hold(
-        self, view: ClusterView, state: GuardState, waiting: list[tuple[Alert, str]]
+        self,
+        view: ClusterView,
+        state: GuardState,
+        cohorts: CohortTable,
+        waiting: list[tuple[Alert, str]],
     ) -> None:
         """Find which guard holds each firing action alert that has no rollback running
         (exporter.model.holds): those waiting now, and those refused or decided in a dry run.
@@ -210,7 +217,7 @@ class Intake:
         for record, verdict, reason in await self._journal.firing_decided((REFUSED, DRY_RUN)):
             decided.append((record.alert, DRY_RUN if verdict == DRY_RUN else reason))
         running = self._rollbacks.guard_state().active_nodes()  # the cluster's, not a dry run's
-        self.held = holds(decided, view, state, self._policy, self._clock(), running)
+        self.held = holds(decided, view, state, self._policy, self._clock(), running, cohorts)
         seen = {(h.alertname, h.node, h.guard) for h in self.held}
         for hold in self.held:
             if (hold.alertname, hold.node, hold.guard) not in self._held_seen:

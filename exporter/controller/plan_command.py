@@ -37,7 +37,13 @@ from exporter.model.alerts import Alert, WebhookPayload
 from exporter.model.clusterview import ClusterView, build_view
 from exporter.model.decision import ESCALATE, PLAN, REFUSED, WAITS, new_rollback
 from exporter.model.decision import decide as decide_alert
-from exporter.model.guards import GuardPolicy, GuardState, budget, correlated_failure
+from exporter.model.guards import (
+    GuardPolicy,
+    GuardState,
+    budget,
+    cohort_table,
+    correlated_failure,
+)
 from exporter.model.holds import holds
 from exporter.model.kube import LEASE_NAMESPACE, LeaseInfo, NodeInfo, PodInfo
 from exporter.model.payload import PayloadError, decode_payload
@@ -57,8 +63,9 @@ def decide(
     state = GuardState.of(rollbacks)
     decisions = []
     created: dict[int, NodeRollback] = {}
+    cohorts = cohort_table(view, policy, now)  # walked once for every alert
     for i, alert in enumerate(alerts):
-        decision = decide_alert(alert, view, state, policy, now)
+        decision = decide_alert(alert, view, state, policy, now, cohorts)
         if decision.plan is not None and decision.verdict in (PLAN, ESCALATE):
             rollback = new_rollback(decision.plan, view, state, policy, now)
             name = rollback.name if decision.verdict == PLAN else decision.rollback
@@ -83,6 +90,7 @@ def decide(
             policy,
             now,
             running=GuardState.of(rollbacks).active_nodes(),
+            cohorts=cohorts,
         ),
     )
 

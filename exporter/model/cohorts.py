@@ -15,8 +15,8 @@ The **cohort breaker** of a cohort is open for a way of failing when at least
 ``cohort_min_nodes`` of its nodes, and at least ``cohort_fraction`` of them, fail that way:
 then it is not each node's problem but what they were built from, and rolling them back one by
 one only makes the provisioner create more of the same. A node rollback of a node failing that
-way in that cohort is held (:func:`breaker`); other cohorts of the wave go on. The breaker
-closes by itself when fewer fail (nodes recovered, or removed by a person).
+way in that cohort is held (:meth:`CohortTable.breaker`); other cohorts of the wave go on. The
+breaker closes by itself when fewer fail (nodes recovered, or removed by a person).
 
 Bounded: per wave and key, only the ``cohort_max_values`` values with the most nodes are
 cohorts (ties by value); the nodes of the other values are in no cohort of that key. At most
@@ -206,18 +206,50 @@ class CohortHold:
         )
 
 
-def breaker(
-    node: Member, members: Iterable[Member], policy: CohortPolicy, now: float, grace: float
-) -> CohortHold | None:
-    """The open breaker that holds a rollback of ``node``: the first of its cohorts (in the
-    keys' order) open for the way it fails. None when it does not fail, or no such cohort is
-    open."""
-    mode = failure_mode(node.health, now, grace)
-    if mode is None or not node.cohorts:
+class CohortTable:
+    """The cohorts of the members' waves as of ``now``, each wave's computed once, when first
+    asked for: a pure function of the members, the policy, ``now`` and ``grace``.
+
+    One pass of the executor judges all its alerts against one table (and reports its holds from
+    it), so that the pass walks each wave's nodes once, not once per alert: with hundreds of
+    alerts held by a breaker in a wave of thousands of nodes, that is the difference between
+    milliseconds and seconds of a busy event loop. Nothing is walked until a breaker is asked
+    for."""
+
+    __slots__ = ("_by_wave", "_computed", "_members", "grace", "now", "policy")
+
+    def __init__(
+        self, members: Iterable[Member], policy: CohortPolicy, now: float, grace: float
+    ) -> None:
+        self._members: Iterable[Member] | None = members
+        self._by_wave: dict[str, list[Member]] = {}
+        self._computed: dict[str, list[Cohort]] = {}
+        self.policy = policy
+        self.now = now
+        self.grace = grace
+
+    def of_wave(self, wave: str) -> list[Cohort]:
+        """Every cohort of ``wave`` with its figures (:func:`cohorts`)."""
+        found = self._computed.get(wave)
+        if found is None:
+            if self._members is not None:
+                for m in self._members:
+                    if m.cohorts:
+                        self._by_wave.setdefault(m.wave_id, []).append(m)
+                self._members = None
+            found = cohorts(self._by_wave.get(wave, ()), self.policy, self.now, self.grace)
+            self._computed[wave] = found
+        return found
+
+    def breaker(self, node: Member) -> CohortHold | None:
+        """The open breaker that holds a rollback of ``node``: the first of its cohorts (in the
+        keys' order) open for the way it fails. None when it does not fail, or no such cohort
+        is open."""
+        mode = failure_mode(node.health, self.now, self.grace)
+        if mode is None or not node.cohorts:
+            return None
+        mine = frozenset(node.cohorts)
+        for cohort in self.of_wave(node.wave_id):
+            if (cohort.key, cohort.value) in mine and cohort.open(mode[0], self.policy):
+                return CohortHold(cohort, mode[0])
         return None
-    mine = frozenset(node.cohorts)
-    wave = node.wave_id
-    for cohort in cohorts((m for m in members if m.wave_id == wave), policy, now, grace):
-        if (cohort.key, cohort.value) in mine and cohort.open(mode[0], policy):
-            return CohortHold(cohort, mode[0])
-    return None

@@ -22,6 +22,7 @@ from typing import Final
 
 from exporter.model.alerts import Alert, episode_start
 from exporter.model.clusterview import ClusterView
+from exporter.model.cohorts import CohortTable
 from exporter.model.guards import (
     DEFERRING,
     GuardPolicy,
@@ -74,10 +75,17 @@ class Decision:
 
 
 def decide(
-    alert: Alert, view: ClusterView, state: GuardState, policy: GuardPolicy, now: float
+    alert: Alert,
+    view: ClusterView,
+    state: GuardState,
+    policy: GuardPolicy,
+    now: float,
+    cohorts: CohortTable | None = None,
 ) -> Decision:
     """The decision about ``alert`` against the view, the rollbacks decided so far and the
-    policy. Counting an accepted plan in ``state`` is the caller's part."""
+    policy. Counting an accepted plan in ``state`` is the caller's part. ``cohorts``: the
+    cohorts of the pass that decides it (exporter.model.guards.cohort_table), shared by its
+    alerts; by default the view's as of ``now``."""
     outcome = plan_alert(alert, view, delete_nodes=policy.delete_nodes)
     if isinstance(outcome, Refusal):
         return Decision(alert, outcome, REFUSED)
@@ -87,7 +95,7 @@ def decide(
     stronger = active is not None and STRENGTH[outcome.action] > STRENGTH[active[1].action]
     if active is not None and not stronger:
         return Decision(alert, outcome, JOIN, active[0])
-    refusal = evaluate(outcome, view, state, policy, now)
+    refusal = evaluate(outcome, view, state, policy, now, cohorts)
     if refusal is not None:
         return Decision(alert, refusal, WAITS if refusal.reason in DEFERRING else REFUSED)
     if active is not None:

@@ -33,7 +33,7 @@ from typing import Final
 from exporter.model import guards
 from exporter.model.alerts import FIRING, Alert
 from exporter.model.clusterview import ClusterView
-from exporter.model.cohorts import breaker
+from exporter.model.cohorts import CohortTable
 from exporter.model.names import shown
 from exporter.model.rfc3339 import format_time
 from exporter.model.rollback import Action
@@ -127,10 +127,9 @@ def _pause(view: ClusterView, policy: guards.GuardPolicy, now: float) -> tuple[s
     )
 
 
-def _cohort(node: str, view: ClusterView, policy: guards.GuardPolicy, now: float) -> str:
+def _cohort(node: str, view: ClusterView, policy: guards.GuardPolicy, table: CohortTable) -> str:
     seen = view.node(node)
-    grace = policy.node_monitor_grace_period
-    held = breaker(seen, view.nodes, policy.cohorts, now, grace) if seen is not None else None
+    held = table.breaker(seen) if seen is not None else None
     if held is None:
         return "its cohort's breaker is closed now"
     c = held.cohort
@@ -165,9 +164,12 @@ def hold_of(
     state: guards.GuardState,
     policy: guards.GuardPolicy,
     now: float,
+    cohorts: CohortTable | None = None,
 ) -> Hold | None:
     """The hold of ``alert`` refused (or held back) with the guard's reason ``guard``, or
-    decided in a dry run (``guard`` = :data:`DRY_RUN`); None when no guard holds it."""
+    decided in a dry run (``guard`` = :data:`DRY_RUN`); None when no guard holds it.
+    ``cohorts``: the cohorts its figure is read from (exporter.model.guards.cohort_table; by
+    default the view's as of ``now``)."""
     name = alert.labels.get("alertname", "")
     node = alert.node
     if guard == DRY_RUN:
@@ -185,7 +187,8 @@ def hold_of(
     elif reason == PAUSE:
         figure, release = _pause(view, policy, now)
     elif reason == COHORT:
-        figure = _cohort(node, view, policy, now)
+        table = cohorts if cohorts is not None else guards.cohort_table(view, policy, now)
+        figure = _cohort(node, view, policy, table)
         release = "fewer of the cohort fail: the alert is decided again at the next pass"
     elif reason == EXEMPTION:
         what, release = _EXEMPTIONS[guard]
@@ -210,17 +213,22 @@ def holds(
     policy: guards.GuardPolicy,
     now: float,
     running: Container[str] = (),
+    cohorts: CohortTable | None = None,
 ) -> tuple[Hold, ...]:
     """The holds of the firing action alerts among ``decided`` (each with the guard's reason
     it was refused or held back with, or dry_run) whose node has no rollback ``running``
-    (the nodes with an active node-level rollback), by alert name and node."""
+    (the nodes with an active node-level rollback), by alert name and node. The cohort holds'
+    figures come from one table (``cohorts``: the pass's, by default the view's as of ``now``),
+    so that they cost one walk over a wave's nodes, not one per alert."""
+    if cohorts is None:
+        cohorts = guards.cohort_table(view, policy, now)
     found = []
     for alert, guard in decided:
         if alert.status != FIRING or alert.action in ("", Action.NONE.value):
             continue
         if alert.node in running:
             continue
-        hold = hold_of(alert, guard, view, state, policy, now)
+        hold = hold_of(alert, guard, view, state, policy, now, cohorts)
         if hold is not None:
             found.append(hold)
     return tuple(sorted(found, key=lambda h: (h.alertname, h.node, h.reason)))

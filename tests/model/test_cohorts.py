@@ -3,6 +3,7 @@ cohort's breaker holds its node rollbacks, and the bound on cohorts."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 import pytest
@@ -12,8 +13,11 @@ from exporter.model.cohorts import (
     DEFAULT_KEYS,
     LEASE_LOST,
     NOT_READY,
+    Cohort,
+    CohortHold,
     CohortPolicy,
-    breaker,
+    CohortTable,
+    Member,
     cohorts,
     failure_mode,
     node_cohorts,
@@ -112,7 +116,7 @@ def wave(bad_failing: int, bad: int = 20, good: int = 180, **failing: float) -> 
 def held(view: ClusterView, name: str, policy: CohortPolicy = POLICY) -> str:
     n = view.node(name)
     assert n is not None
-    hold = breaker(n, view.nodes, policy, NOW, GRACE)
+    hold = CohortTable(view.nodes, policy, NOW, GRACE).breaker(n)
     if hold is None:
         return ""
     c = hold.cohort
@@ -194,3 +198,86 @@ def test_cohorts_are_bounded_per_wave_and_key() -> None:
 def test_at_most_twelve_keys() -> None:
     with pytest.raises(ValueError, match="at most 12"):
         CohortPolicy(cohort_keys=tuple(f"k{i}" for i in range(13)))
+
+
+def breaker_per_alert(
+    node: Member, members: Iterable[Member], policy: CohortPolicy, now: float, grace: float
+) -> CohortHold | None:
+    """The breaker as it was judged before the table: every cohort of the node's wave computed
+    again from all the members, for each alert (the reference the table must agree with)."""
+    mode = failure_mode(node.health, now, grace)
+    if mode is None or not node.cohorts:
+        return None
+    mine = frozenset(node.cohorts)
+    for cohort in cohorts((m for m in members if m.wave_id == node.wave_id), policy, now, grace):
+        if (cohort.key, cohort.value) in mine and cohort.open(mode[0], policy):
+            return CohortHold(cohort, mode[0])
+    return None
+
+
+def two_waves() -> ClusterView:
+    later = [member(f"late-{i}", BAD, created=T0 + 5 * MIN) for i in range(20)]
+    nodes = [*wave(10, good=30), *later, member("bare", ("", "", "", ""), failing_since=T0)]
+    return build_view(nodes, [], wave_label=None, gap_seconds=60, now=NOW, cohort_keys=DEFAULT_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("view", "policy"),
+    [
+        pytest.param(view_of(wave(18)), POLICY, id="18-of-20-bad-image"),
+        pytest.param(view_of(wave(9)), POLICY, id="under-half"),
+        pytest.param(view_of(wave(18, since=NOW - 2 * MIN)), POLICY, id="still-starting"),
+        pytest.param(
+            view_of(
+                [member(f"n-{i}", BAD, failing_since=NOW - 10 * MIN) for i in range(20)],
+                {f"n-{i}": NOW - 10 * MIN for i in range(12)},
+            ),
+            POLICY,
+            id="two-ways-of-failing",
+        ),
+        pytest.param(two_waves(), POLICY, id="two-waves-and-a-node-without-a-build"),
+        pytest.param(two_waves(), replace(POLICY, cohort_keys=()), id="no-keys"),
+        pytest.param(
+            view_of(
+                [
+                    member(f"n-{v:02}-{i}", zone=f"z{v:02}", failing_since=NOW - 10 * MIN)
+                    for v in range(12)
+                    for i in range(v + 1)
+                ]
+            ),
+            replace(POLICY, cohort_keys=(ZONE,), cohort_min_nodes=1),
+            id="bounded-values",
+        ),
+        pytest.param(view_of([]), POLICY, id="no-nodes"),
+    ],
+)
+def test_one_table_per_pass_holds_exactly_what_each_alert_judged_alone_held(
+    view: ClusterView, policy: CohortPolicy
+) -> None:
+    table = CohortTable(view.nodes, policy, NOW, GRACE)
+    for n in view.nodes:
+        assert table.breaker(n) == breaker_per_alert(n, view.nodes, policy, NOW, GRACE), n.name
+
+
+class Walks:
+    """Members that count how often they are walked."""
+
+    def __init__(self, members: Iterable[Member]) -> None:
+        self.members = list(members)
+        self.walks = 0
+
+    def __iter__(self) -> Iterator[Member]:
+        self.walks += 1
+        return iter(self.members)
+
+
+def test_a_table_walks_the_nodes_once_however_many_breakers_are_asked_for() -> None:
+    view = two_waves()
+    walks = Walks(view.nodes)
+    table = CohortTable(walks, POLICY, NOW, GRACE)
+    assert walks.walks == 0  # nothing is walked until a breaker is asked for
+    held_nodes = [n.name for n in view.nodes if table.breaker(n) is not None]
+    assert held_nodes == [f"bad-{i:03}" for i in range(10)]
+    assert walks.walks == 1
+    assert all(isinstance(c, Cohort) for c in table.of_wave(view.nodes[0].wave_id))
+    assert walks.walks == 1

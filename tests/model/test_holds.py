@@ -11,8 +11,8 @@ import pytest
 from exporter.model import guards, planner
 from exporter.model.alerts import Alert
 from exporter.model.clusterview import ClusterView, build_view
-from exporter.model.decision import decide
-from exporter.model.guards import GuardPolicy, GuardState
+from exporter.model.decision import PLAN, Decision, decide
+from exporter.model.guards import GuardPolicy, GuardState, cohort_table
 from exporter.model.holds import (
     BUDGET,
     COHORT,
@@ -23,6 +23,7 @@ from exporter.model.holds import (
     PAUSE,
     WINDOW,
     Hold,
+    hold_of,
     hold_reason,
     holds,
 )
@@ -231,3 +232,68 @@ def test_holds_are_listed_by_alert_and_node() -> None:
     decided = [(alert(f"new-{i}"), "control_plane") for i in (3, 1, 2)]
     found = holds(decided, view, GuardState(), POLICY, NOW)
     assert [h.node for h in found] == ["new-1", "new-2", "new-3"]
+
+
+GOOD_BUILD = ("v1.30.2", "containerd://1.7.20", "good", "6.1")
+#: Beside the bad image, 4 of 10 nodes of a good image fail (under the breaker's 5), 10 are fine.
+MIXED = (
+    *BAD_IMAGE,
+    *(replace(failing(f"good-{i}"), build=GOOD_BUILD) for i in range(4)),
+    *(
+        replace(n, build=GOOD_BUILD)
+        for n in (
+            node(f"good-{i}", T0, conditions=(NodeCondition("Ready", "True", last_transition=T0),))
+            for i in range(4, 20)
+        )
+    ),
+    *OLD_NODES,
+)
+
+
+def counted(decision: Decision, state: GuardState) -> Decision:
+    """The decision, its plan counted in ``state`` as the controller counts it."""
+    if decision.plan is not None and decision.verdict == PLAN:
+        state.accept(f"r-{decision.plan.node}", decision.plan, NOW)
+    return decision
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(Case((*BAD_IMAGE, *OLD_NODES), cohort_keys=("os_image",)), id="a-bad-image"),
+        pytest.param(Case(MIXED, cohort_keys=("os_image", "kernel_version")), id="mixed-images"),
+        pytest.param(
+            Case(MIXED, policy=replace(POLICY, max_rollback_fraction=1.0),
+                 cohort_keys=("os_image",)),
+            id="mixed-images-a-larger-budget",
+        ),
+        pytest.param(Case((*BAD_IMAGE, *BLIP), cohort_keys=("os_image",)), id="paused"),
+        pytest.param(Case((*BAD_IMAGE, *OLD_NODES)), id="no-cohort-keys"),
+        pytest.param(
+            Case((*BAD_IMAGE, *OLD_NODES), rolled_back=("new-2",), dry_run=True,
+                 cohort_keys=("os_image",)),
+            id="dry-run",
+        ),
+    ],
+)  # fmt: skip
+def test_a_pass_decides_and_holds_as_each_alert_judged_alone_did(case: Case) -> None:
+    """One cohort table for the pass's alerts and holds: the same decisions and holds as when
+    each alert's cohorts were computed anew (the table's reference)."""
+    view = _view(case)
+    about = [alert(n.name) for n in case.nodes]
+    table = cohort_table(view, case.policy, NOW)
+    alone, shared = _state(case, view), _state(case, view)
+    per_alert, per_pass = [], []
+    for a in about:  # in order, each plan counted against the next one's budget
+        per_alert.append(counted(decide(a, view, alone, case.policy, NOW), alone))
+        per_pass.append(counted(decide(a, view, shared, case.policy, NOW, table), shared))
+    assert per_pass == per_alert
+    decided = [(d.alert, d.refusal.reason if d.refusal is not None else DRY_RUN) for d in per_pass]
+    alone_holds = [hold_of(a, g, view, alone, case.policy, NOW) for a, g in decided]
+    expected = tuple(
+        sorted(
+            (h for h in alone_holds if h is not None), key=lambda h: (h.alertname, h.node, h.reason)
+        )
+    )
+    assert holds(decided, view, shared, case.policy, NOW, (), table) == expected
+    assert expected  # every case holds something

@@ -14,7 +14,7 @@ from exporter.model.clusterview import (
     ClusterView,
     NodeView,
 )
-from exporter.model.cohorts import Cohort, breaker, cohorts
+from exporter.model.cohorts import Cohort, CohortTable, cohorts
 from exporter.model.guards.budget import wave_budget
 from exporter.model.guards.ledger import GuardState
 from exporter.model.guards.policy import EPSILON, GuardPolicy
@@ -101,6 +101,13 @@ def wave_cohorts(view: ClusterView, policy: GuardPolicy, now: float) -> list[Coh
     return cohorts(members, policy.cohorts, now, policy.node_monitor_grace_period)
 
 
+def cohort_table(view: ClusterView, policy: GuardPolicy, now: float) -> CohortTable:
+    """The cohorts of the view's waves as of ``now``, for the cohort breaker: one table per
+    pass, shared by every alert the pass judges (nothing is walked until a breaker is asked
+    for)."""
+    return CohortTable(view.nodes, policy.cohorts, now, policy.node_monitor_grace_period)
+
+
 def _never_touch(
     name: str, control_plane: bool, protected: bool, other_remediator: bool
 ) -> Refusal | None:
@@ -124,9 +131,15 @@ def never_touch(node: NodeInfo) -> Refusal | None:
 
 
 def evaluate(
-    plan: Plan, view: ClusterView, state: GuardState, policy: GuardPolicy, now: float
+    plan: Plan,
+    view: ClusterView,
+    state: GuardState,
+    policy: GuardPolicy,
+    now: float,
+    cohorts: CohortTable | None = None,
 ) -> Refusal | None:
-    """None when the plan may run now; else the first guard that says no."""
+    """None when the plan may run now; else the first guard that says no. ``cohorts``: the
+    pass's :func:`cohort_table` (by default one of the view as of ``now``)."""
     node = view.node(plan.node)
     if node is None:
         return Refusal(UNKNOWN_NODE, f"node {plan.node} does not exist")
@@ -150,7 +163,9 @@ def evaluate(
         )
     if plan.action is not Action.ROLLBACK_NODE:
         return None
-    held = breaker(node, view.nodes, policy.cohorts, now, policy.node_monitor_grace_period)
+    if cohorts is None:
+        cohorts = cohort_table(view, policy, now)
+    held = cohorts.breaker(node)
     if held is not None:
         return Refusal(COHORT, held.detail(policy.cohorts))
     wave = wave_budget(view, state, policy, node.wave_id)
