@@ -47,6 +47,14 @@ from tests.deploy.incluster import (
     operator_crd,
     wait_rolled_out,
 )
+from tests.deploy.lifecycle import (
+    NEXT_TAG,
+    UPGRADE_DOC,
+    leftovers,
+    next_release,
+    uninstall,
+)
+from tests.deploy.lifecycle import doc_blocks as doc_sh_blocks
 from tests.deploy.manifests import BASE, ROOT, build, one
 from tests.deploy.servicemonitor import scrape_configs
 from tests.support.kubeapi import find_binaries
@@ -71,13 +79,14 @@ class Deployment:
 
 
 def _image_names() -> tuple[str, ...]:
-    """The image as the doc's overlay names it (registry and tag of its ``images:``)."""
+    """The image as the doc's overlay names it (registry and tag of its ``images:``)..."""
     (overlay, *_) = doc_blocks("3. Your overlay, in dry run first", "yaml")
     name = re.search(r"newName: (\S+)", overlay)
     tag = re.search(r"newTag: (\S+)", overlay)
     assert name, overlay
     assert tag, overlay
-    return (f"{name.group(1)}:{tag.group(1)}",)
+    # ... and the next release's tag, the same image (the upgrade changes the pods' image).
+    return (f"{name.group(1)}:{tag.group(1)}", f"{name.group(1)}:{NEXT_TAG}")
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +132,15 @@ def _ready(pod: dict[str, Any]) -> bool:
 
 def _process_status(node: RealNode, pod: dict[str, Any]) -> dict[str, str]:
     """/proc/<pid>/status of the pod's (one) container, as its node's containerd runs it."""
+    fields = {}
+    for line in Path(f"/proc/{_container_pid(node, pod)}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def _container_pid(node: RealNode, pod: dict[str, Any]) -> int:
+    """The pid of the pod's (one) container's process, as its node's containerd runs it."""
     (status,) = pod["status"]["containerStatuses"]
     container = status["containerID"].removeprefix("containerd://")
     socket = node.cri_endpoint.removeprefix("unix://")
@@ -134,11 +152,7 @@ def _process_status(node: RealNode, pod: dict[str, Any]) -> dict[str, str]:
         check=True,
     ).stdout
     pids = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:] if line.strip()}
-    fields = {}
-    for line in Path(f"/proc/{pids[container]}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields[key] = value.strip()
-    return fields
+    return int(pids[container])
 
 
 def _agent_metrics(node: RealNode) -> str:
@@ -181,7 +195,7 @@ def test_the_shipped_manifests_run_on_real_kubelets_as_docs_install_says(
     agents = _pods(installer, "agent")
     assert sorted(p["spec"]["nodeName"] for p in agents) == sorted(n.name for n in nodes)
     by_node = {node.name: node for node in nodes}
-    (image,) = _image_names()
+    image = _image_names()[0]
     for pod in agents:
         assert _ready(pod), pod["status"]
         assert pod["spec"]["hostNetwork"] is True
@@ -257,8 +271,14 @@ def test_the_shipped_manifests_run_on_real_kubelets_as_docs_install_says(
     assert installer.get("clusterrole", "nodesync-controller-delete-nodes")["rules"]
 
     # Prometheus finds them the way the ServiceMonitors say; the deployed controller rolls a
-    # failed node back.
-    _monitor_and_roll_back(deployment, new)
+    # failed node back; then the next release, as docs/upgrade.md says.
+    _monitor_and_roll_back(deployment, new, acting + components)
+
+    # The uninstall, as docs/uninstall.md says, leaves nothing of nodesync's.
+    started = time.monotonic()
+    uninstall(installer, deployment.workdir)
+    assert leftovers(installer) == []
+    print(f"\n[deploy] uninstalled in {time.monotonic() - started:.1f} s")
 
 
 def _secret_value(installer: Installer, namespace: str, name: str, key: str) -> str:
@@ -301,7 +321,9 @@ def _shipped_rule_files(installer: Installer, directory: Path) -> list[Path]:
     return rewrite_rules(files, RULES, directory / "test")
 
 
-def _monitor_and_roll_back(deployment: Deployment, controller: dict[str, Any]) -> None:
+def _monitor_and_roll_back(
+    deployment: Deployment, controller: dict[str, Any], overlay: str
+) -> None:
     installer, cluster, workdir = deployment.installer, deployment.cluster, deployment.workdir
     by_name = {node.name: node for node in deployment.nodes}
     # The monitoring stack runs on the controller's node (host network), the failure on the other.
@@ -395,7 +417,11 @@ def _monitor_and_roll_back(deployment: Deployment, controller: dict[str, Any]) -
             what=f"the Node {failing.name} deleted",
         )
 
-        # The audit log: each effect once, by the controller's account, and nothing refused.
+        # The next release, on the node left: the new controller finds the rollback ended.
+        _upgrade(deployment, monitoring_node, overlay)
+
+        # The audit log: each effect once, by the controller's account (the upgraded one
+        # repeats none), and nothing refused.
         events = _audit_events(api.audit_log, mark)
         assert not [e for e in events if e["responseStatus"]["code"] == 403]
         writes = Counter(
@@ -408,6 +434,33 @@ def _monitor_and_roll_back(deployment: Deployment, controller: dict[str, Any]) -
         )
         assert writes[("delete", "nodes", failing.name)] == 1, writes
         assert set(writes) <= {("patch", "nodes", failing.name), ("delete", "nodes", failing.name)}
+        created = [
+            e["objectRef"].get("name")
+            for e in events
+            if e["user"]["username"] == CONTROLLER_ACCOUNT
+            and e["verb"] == "create"
+            and e["objectRef"].get("resource") == "noderollbacks"
+            and 200 <= e["responseStatus"]["code"] < 300
+        ]
+        assert created == [rollback["metadata"]["name"]], created
+
+
+def _upgrade(deployment: Deployment, node: RealNode, overlay: str) -> None:
+    """docs/upgrade.md's "Upgrade" block as written, with the overlay's tag changed to the next
+    release's: it returns once the controller and every agent run the new image, Ready."""
+    installer = deployment.installer
+    installer.overlay(next_release(overlay))
+    (upgrade,) = doc_sh_blocks(UPGRADE_DOC, "Upgrade")
+    started = time.monotonic()
+    installer.shell(upgrade, cwd=deployment.workdir)
+    took = time.monotonic() - started
+    for component in ("controller", "agent"):
+        pods = _pods(installer, component)
+        assert [p["spec"]["nodeName"] for p in pods] == [node.name], pods
+        assert all(_ready(p) for p in pods), [p["status"] for p in pods]
+        images = {c["image"] for p in pods for c in p["spec"]["containers"]}
+        assert {i.rpartition(":")[2] for i in images} == {NEXT_TAG}, images
+    print(f"\n[deploy] upgraded to {NEXT_TAG} by docs/upgrade.md's block in {took:.1f} s")
 
 
 def _prometheus_with_kubernetes_sd() -> str:
