@@ -219,8 +219,8 @@ def controller_effects(
     api: LocalKubeAPIServer, events: list[dict[str, Any]], node: str
 ) -> Counter[tuple[str, str, str | None]]:
     """The controller's successful writes to ``node`` and to Pods, by (verb, resource,
-    subresource). Writes to the session's other nodes (kept healthy ones, earlier tests'
-    nodes) are printed, not counted: they belong to other tests' stories."""
+    subresource). It must not have written any other node: the earlier tests' nodes are deleted
+    when they leave, so another node is one kept healthy beside this test's."""
     controller = api.identities[CONTROLLER].user
     writes = [
         e
@@ -235,12 +235,15 @@ def controller_effects(
         for e in writes
         if e["objectRef"]["resource"] == "nodes" and e["objectRef"].get("name") != node
     ]
-    for e in elsewhere:
-        print(
-            f"controller wrote another node: {e['verb']} {e['requestURI']} {e.get('requestObject')}"
+    assert elsewhere == [], [
+        (
+            e["verb"],
+            e["requestURI"],
+            e.get("requestObject"),
+            rollbacks_of(api, e["objectRef"]["name"]),
         )
+        for e in elsewhere
+    ]
     return Counter(
-        (e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource"))
-        for e in writes
-        if e not in elsewhere
+        (e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource")) for e in writes
     )

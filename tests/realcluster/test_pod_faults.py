@@ -27,7 +27,7 @@ from tests.realcluster.helpers import (
     rollbacks_of,
     steps,
 )
-from tests.support.realcluster import RealChain
+from tests.support.realcluster import SHIPPED_DRIFT_GRACE, RealChain
 from tests.support.wait import until
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(420)]
@@ -38,10 +38,6 @@ OOM_LOOPING = "NodesyncNewNodeContainerOOMLooping"
 #: for OOM kills first (runtime_pods.mixed_pod_specs says why).
 HOG = "sleep 0.5; head -c 200m /dev/zero | tail"
 LIMITS = {"limits": {"memory": "32Mi"}}
-#: The shipped drift grace for this node's agent: an evicted pod leaves a stopped sandbox that
-#: kubelet's garbage collection (every minute) removes; with the chain's 10 s the agent would
-#: report it as drift first, and nodesync would clean it up beside the evictions.
-SHIPPED_DRIFT_GRACE = "--drift.grace-period=60s"
 
 
 class Case:
@@ -74,6 +70,8 @@ def test_crash_looping_and_oom_killed_pods_are_evicted_and_the_node_stays(
     realchain: RealChain,
 ) -> None:
     api = realchain.api
+    # The shipped drift grace: each evicted pod leaves a stopped sandbox until kubelet's garbage
+    # collection, which with the chain's 10 s nodesync would clean up beside the evictions.
     node = realchain.join(agent_args=[SHIPPED_DRIFT_GRACE])
     name = node.name
     mark = audit_mark(api)

@@ -17,7 +17,9 @@ Fixture ``realchain`` (session): one :class:`RealChain`, started once and reused
   containerd in its own mount namespace, and a ``nodesync agent`` process in that namespace
   reading the node's containerd socket, kubelet root and healthz as the DaemonSet would), and
   leaving again (:meth:`RealChain.leave`). A test that does not break a node may leave it for the
-  next one (:meth:`RealChain.healthy_node`); a broken node is removed.
+  next one (:meth:`RealChain.healthy_node`); a broken node is removed. The kept node's agent
+  judges drift after the shipped grace, and the controller must never write that node: the
+  session fails at its end if it did.
 
 Tests marked ``node_containerd_releases`` that take the ``containerd_release`` fixture run once
 per containerd release a node of kubelet 1.20 can use: the machine's (1.6) and 1.7.x unpacked by
@@ -93,6 +95,11 @@ AGENT_ARGS = (
     "--stats.period=0s",
     "--log.level=info",
 )
+#: The shipped drift grace: kubelet's garbage collection (every minute) gets its time to remove
+#: a deleted pod's stopped sandbox before the agent calls it an orphan. A node whose pods are
+#: deleted while it stays (the kept healthy node, a node whose pods are evicted) runs with it:
+#: with the chain's 10 s, nodesync would clean those sandboxes up under the next test's feet.
+SHIPPED_DRIFT_GRACE = "--drift.grace-period=60s"
 CONTROLLER_ARGS = (
     f"--wave.label={WAVE_LABEL}",
     "--rollback.delete-nodes=true",
@@ -219,6 +226,7 @@ class RealChain:
         self.alertmanager: LocalAlertmanager | None = None
         self.agents: dict[str, Agent] = {}
         self._healthy: list[RealNode] = []
+        self._kept: set[str] = set()  # every node ever kept, by name
         self._waves = 0
 
     @property
@@ -350,12 +358,30 @@ class RealChain:
         """``node`` is healthy and stays for the next tests (:meth:`healthy_node`)."""
         if node not in self._healthy:
             self._healthy.append(node)
+        self._kept.add(node.name)
 
     def healthy_node(self) -> RealNode:
-        """A Ready node a test may use without breaking it (joins one the first time)."""
+        """A Ready node a test may use without breaking it (joins one the first time, its
+        agent with the shipped drift grace: other tests' pods are deleted on it)."""
         if not self._healthy:
-            self._healthy.append(self.join())
+            self.keep(self.join(agent_args=[SHIPPED_DRIFT_GRACE]))
         return self._healthy[0]
+
+    def kept_node_writes(self) -> list[str]:
+        """The controller's successful writes to a node that was kept healthy, from the audit
+        log of the whole session."""
+        controller = self.api.identities[CONTROLLER].user
+        return [
+            f"{e['requestReceivedTimestamp']} {e['verb']} {e['requestURI']} "
+            f"{e.get('requestObject')}"
+            for e in self.api.audit_events()
+            if e.get("stage") == "ResponseComplete"
+            and e["user"]["username"] == controller
+            and e["verb"] in ("create", "update", "patch", "delete")
+            and e.get("objectRef", {}).get("resource") == "nodes"
+            and e["objectRef"].get("name") in self._kept
+            and 200 <= e["responseStatus"]["code"] < 300
+        ]
 
     # -- end
 
@@ -387,10 +413,13 @@ def realchain() -> Iterator[RealChain]:
     _, etcd = find_binaries()
     require_node_binaries()
     chain = RealChain(binaries, etcd)
+    written: list[str] = []
     try:
         chain.start()
         yield chain
+        written = chain.kept_node_writes()
     finally:
         chain.cleanup()
     leftovers = chain.leftovers()
     assert not leftovers, f"the real cluster left things behind: {leftovers}"
+    assert not written, f"the controller wrote a node kept healthy: {written}"
