@@ -25,8 +25,9 @@ controller (the floor of a scrape of those bytes).
 With ``--failing N``, the last N nodes fail as a cohort and the controller runs with the
 webhook and the executor, so that its executor series are measured too
 (bench.controller_cohort); an alert about each failing node is held, or about the first H of
-them with ``--held H``. The result counts the exposition's samples by metric name and the
-node series per node.
+them with ``--held H``. With ``--joining N``, N more nodes join once the controller is synced,
+so that the waves' join histograms are measured too (bench.controller_joins). The result counts
+the exposition's samples by metric name and the node series per node.
 
 No root needed:
 
@@ -52,6 +53,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.controller_cohort import controller_args, fail, hold, token
+from bench.controller_joins import join
 from bench.harness.apiserver import JSONObject, SimAPIServer
 from bench.harness.exposition import sample_value
 from bench.harness.objects import lease_body, lease_path, registered_node
@@ -391,10 +393,11 @@ async def run(
     rest_scrapes: int,
     failing: int = 0,
     held: int | None = None,
+    joining: int = 0,
 ) -> dict[str, object]:
     """Populate, start the controller and time its sync, follow the renewals, catch up,
     scrape at rest; the figures of the run. ``failing``, ``held`` (default: ``failing``): see
-    bench.controller_cohort."""
+    bench.controller_cohort; ``joining``: bench.controller_joins."""
     held = failing if held is None else held
     where = machine()
     workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-"))
@@ -437,6 +440,11 @@ async def run(
             assert nodes_shown == nodes, "nodesync_nodes is not the node count"
             assert renew_timestamps(body) == written, "the listed renew times are not the written"
             rss_synced = rss_bytes(pid)
+            joined = None
+            if joining:
+                fresh = [f"join-{i:04d}" for i in range(joining)]
+                written_joining, joined = await join(api, http, base, fresh, nodes)
+                written = {**written, **written_joining}
             first = nodes - failing
             cohort = (
                 await hold(http, base, secret, names[first : first + held]) if failing else None
@@ -500,7 +508,8 @@ async def run(
             "failing_cohort": {"failing_nodes": failing, "alerts": held, **cohort}
             if cohort
             else None,
-            **series(body, nodes),
+            "joining": joined,
+            **series(body, nodes + joining),
             "controller_rss_bytes": rss_bytes(pid),
             "controller_peak_rss_bytes": peak_rss_bytes(pid),
         }
@@ -531,13 +540,30 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="of the failing nodes, how many get an alert that is held (default: all)",
     )
+    parser.add_argument(
+        "--joining",
+        type=int,
+        default=0,
+        help="nodes registered once the controller is synced, whose join stages it observes "
+        "in the waves' histograms (bench.controller_joins)",
+    )
     args = parser.parse_args(argv)
+    if args.joining < 0:
+        parser.error("--joining: 0 or more")
     if not 0 <= args.failing <= args.nodes:
         parser.error("--failing: from 0 to --nodes")
     if args.held is not None and not 0 <= args.held <= args.failing:
         parser.error("--held: from 0 to --failing")
     result = asyncio.run(
-        run(args.nodes, args.seconds, args.rate, args.rest_scrapes, args.failing, args.held)
+        run(
+            args.nodes,
+            args.seconds,
+            args.rate,
+            args.rest_scrapes,
+            args.failing,
+            args.held,
+            args.joining,
+        )
     )
     result["command"] = command("bench.controller_sync", argv)
     print(json.dumps(result, indent=2))
