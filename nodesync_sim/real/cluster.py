@@ -18,7 +18,8 @@ from typing import Any
 
 from nodesync_sim.real.control_plane import Binaries, ControlPlane, ControlPlaneTimers
 from nodesync_sim.real.network import ClusterNetwork, node_addresses
-from nodesync_sim.real.node import NodeSpec, RealNode
+from nodesync_sim.real.node import KUBELET_PORT, NodeSpec, RealNode
+from nodesync_sim.real.process import port_free
 
 READY_TIMEOUT = 90.0
 _POLL = 0.1
@@ -77,6 +78,12 @@ class RealCluster:
         the machine's when None. With ``network`` it has a network namespace of its own on the
         cluster's network and its pods get addresses (nodesync_sim.real.network); else it shares
         the machine's network, where only host-network pods run."""
+        # A node with a network of its own serves kubelet on its address' fixed port: an
+        # address whose port is taken (another cluster on this machine) is skipped.
+        while network and self._next_address <= 254:
+            if port_free(f"127.0.0.{self._next_address}", KUBELET_PORT):
+                break
+            self._next_address += 1
         if self._next_address > 254:
             raise RuntimeError("no loopback address left for a node")
         name = f"127.0.0.{self._next_address}"

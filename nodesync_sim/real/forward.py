@@ -142,7 +142,11 @@ def start_relay(relays: Sequence[str], log_path: Path, *, name: str = "relay") -
         argv += ["--relay", relay]
     proc = ChildProcess(argv, log_path=log_path, name=name, stdin_pipe=True)
     proc.start()
-    proc.wait_until(lambda: "listening" in log_path.read_text(), timeout=10.0, what="listening")
+    try:
+        proc.wait_until(lambda: "listening" in log_path.read_text(), timeout=10.0, what="listening")
+    except BaseException:
+        proc.stop()  # its stdin pipe closed too, not left to the garbage collector
+        raise
     return proc
 
 

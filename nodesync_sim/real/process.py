@@ -45,6 +45,17 @@ def free_port(host: str = "127.0.0.1") -> int:
             return port
 
 
+def port_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound right now (nothing listens there)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def log_tail(path: Path | None, lines: int = 30) -> str:
     """The last ``lines`` lines of a log file ("" when it cannot be read)."""
     if path is None:

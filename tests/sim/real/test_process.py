@@ -3,14 +3,18 @@ by its PID (SIGTERM, then SIGKILL) with its pipe closed, and the session it runs
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import socket
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
-from nodesync_sim.real.process import ChildProcess, ChildProcessFailed
+from nodesync_sim.real.forward import start_relay
+from nodesync_sim.real.process import ChildProcess, ChildProcessFailed, port_free
 
 #: Copies stdin to stdout (the log) line by line; exits 3 at end of file.
 ECHO = "import sys\nfor line in sys.stdin:\n    print('got', line.strip(), flush=True)\nsys.exit(3)"
@@ -96,3 +100,27 @@ def test_a_child_runs_in_a_session_of_its_own_or_in_ours(tmp_path: Path, new_ses
         assert (os.getsid(child.pid) == os.getsid(0)) is not new_session
     finally:
         child.stop(timeout=0.2)
+
+
+def test_port_free_says_whether_an_address_can_be_bound() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert not port_free("127.0.0.1", port)
+    assert port_free("127.0.0.1", port)
+
+
+def test_a_relay_that_cannot_listen_fails_and_leaves_no_open_pipe(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        relay = f"/proc/self/ns/net,127.0.0.1:{port}=/proc/self/ns/net,127.0.0.1:1"
+        with pytest.raises(ChildProcessFailed, match="Address already in use"):
+            start_relay([relay], tmp_path / "relay.log")
+    # The failed child's stdin pipe was closed, not left to the garbage collector (which would
+    # raise a ResourceWarning in whichever test runs next).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        gc.collect()
