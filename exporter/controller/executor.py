@@ -191,7 +191,9 @@ class Executor:
             paused = correlated_failure(view, self._policy, now).paused
             left = budget(view, self.rollbacks.guard_state(), self._policy, now)
             absolute, wave = left.absolute_remaining, left.wave_remaining
-            cohorts = wave_cohorts(view, self._policy, now)
+            # The leader's as of its last pass (computed once per pass, not at each scrape).
+            table = self.intake.cohorts if self.lead.leading else None
+            cohorts = wave_cohorts(view, self._policy, now, table)
         return ExecutorStatus(
             phases=({p.value: n for p, n in self.rollbacks.phases().items()} if synced else None),
             reasons=_bounded(self.rollbacks.reasons()),

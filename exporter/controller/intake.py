@@ -127,6 +127,7 @@ class Intake:
         self._deferred: dict[tuple[str, float], str] = {}  # alert key -> last deferring reason
         self.decided = 0  # by the last pass
         self.held: tuple[Hold, ...] = ()  # as of the last pass (exporter.model.holds)
+        self.cohorts: CohortTable | None = None  # the last pass's
         self._held_seen: set[tuple[str, str, str]] = set()
         self.episodes = Episodes(journal, rollbacks, metrics, settings.dry_run_clear_within)
 
@@ -155,8 +156,9 @@ class Intake:
         every accepted one was; refusals and waits are recorded after that."""
         self.decided = 0
         view = self._cluster.view()
-        # The cohorts as of the pass's start, walked once for all its alerts and its holds.
-        cohorts = cohort_table(view, self._policy, self._clock())
+        # The cohorts as of the pass's start, walked once for all its alerts, its holds and
+        # the metrics read until the next pass.
+        cohorts = self.cohorts = cohort_table(view, self._policy, self._clock())
         state = await self._state()
         refused: list[tuple[AlertRecord, Refusal, float]] = []
         held: list[tuple[AlertRecord, Refusal]] = []

@@ -374,10 +374,11 @@ async def running(executor: Executor) -> AsyncIterator[asyncio.Task[None]]:
 
 
 @asynccontextmanager
-async def bench(tmp_path: Path) -> AsyncIterator[Bench]:
+async def bench(tmp_path: Path, cohort_keys: tuple[str, ...] = ()) -> AsyncIterator[Bench]:
+    """``cohort_keys``: what the cluster view groups the nodes by (none: no cohorts)."""
     async with APIServer(bookmark_interval=0.2) as server:
         api = KubeAPI(server.aio_configuration())
-        cluster = ClusterWatch(api, wave_label=None, wave_gap=120.0)
+        cluster = ClusterWatch(api, wave_label=None, wave_gap=120.0, cohort_keys=cohort_keys)
         watch = RollbackWatch(api)
         journal_path = tmp_path / "journal.db"
         journal = await Journal.open(str(journal_path))

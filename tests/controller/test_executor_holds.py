@@ -12,6 +12,7 @@ import pytest
 
 from exporter.model.holds import Hold
 from tests.controller.executor_harness import Bench, alert, bench, settings
+from tests.support.wait import until_async
 
 
 @pytest.fixture
@@ -77,3 +78,40 @@ async def test_a_dry_run_holds_what_it_would_do(b: Bench) -> None:
         ("NodesyncNewNodeNotReady", "new-1", "dry_run", "dry_run"),
         ("NodesyncNewNodeNotReady", "new-2", "budget", "blast_radius_fraction"),
     ]
+
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+async def test_the_leader_shows_the_cohorts_of_its_last_pass(tmp_path: Path) -> None:
+    """The cohorts are computed once per pass: the leader's metrics show them as of its last
+    pass (a replica that does not lead computes them at each scrape)."""
+    async with bench(tmp_path, cohort_keys=(ZONE,)) as b:
+        for i in range(6):  # NotReady for 9.5 minutes, a failed join each
+            b.add_node(f"bad-{i}", age=600, labels={ZONE: "bad"})
+        for i in range(4):
+            b.add_node(f"good-{i}", age=600, ready="True", labels={ZONE: "good"})
+        await b.wait_cluster(10)
+        executor = b.executor()
+        executor.lead.leading = True
+        await executor.run_once()
+
+        def failing() -> dict[str, int]:
+            return {c.value: c.failing.get("not_ready", 0) for c in executor.status().cohorts}
+
+        assert failing() == {"bad": 6, "good": 0}
+        obj = b.node("bad-0")  # recovers
+        obj["status"]["conditions"][0]["status"] = "True"
+        b.store.replace("nodes", obj, subresource="status")
+
+        async def seen() -> bool:
+            view = b.cluster.view().node("bad-0")
+            return view is not None and view.health.ready_since is None
+
+        await until_async(seen, timeout=15.0, what="the watch to see bad-0 Ready")
+        assert failing() == {"bad": 6, "good": 0}  # as of the last pass
+        executor.lead.leading = False
+        assert failing() == {"bad": 5, "good": 0}  # computed now
+        executor.lead.leading = True
+        await executor.run_once()
+        assert failing() == {"bad": 5, "good": 0}

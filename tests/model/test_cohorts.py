@@ -22,8 +22,10 @@ from exporter.model.cohorts import (
     failure_mode,
     node_cohorts,
 )
+from exporter.model.guards import cohort_table, wave_cohorts
 from exporter.model.health import NodeHealth
 from exporter.model.kube import NodeCondition, NodeInfo
+from exporter.settings.policy import default_policy
 from tests.controller.builders import T0, lease, node
 
 POLICY = CohortPolicy()
@@ -281,3 +283,22 @@ def test_a_table_walks_the_nodes_once_however_many_breakers_are_asked_for() -> N
     assert walks.walks == 1
     assert all(isinstance(c, Cohort) for c in table.of_wave(view.nodes[0].wave_id))
     assert walks.walks == 1
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        pytest.param(30 * MIN, id="both-waves-at-risk"),
+        pytest.param(17 * MIN, id="the-later-wave-at-risk"),
+        pytest.param(10 * MIN, id="no-wave-at-risk"),
+    ],
+)
+def test_the_metrics_read_the_same_cohorts_from_a_pass_table(window: float) -> None:
+    view = two_waves()
+    policy = replace(default_policy(), scaleout_window=window, node_monitor_grace_period=GRACE)
+    table = cohort_table(view, policy, NOW)
+    expected = wave_cohorts(view, policy, NOW)
+    assert wave_cohorts(view, policy, NOW, table) == expected
+    assert {c.wave for c in expected} == {
+        w.id for w in view.waves if w.newest_created is not None and NOW - w.newest_created < window
+    }

@@ -87,9 +87,13 @@ def correlated_failure(view: ClusterView, policy: GuardPolicy, now: float) -> Co
     return CorrelatedFailure(established=established, failing=failing, paused=paused)
 
 
-def wave_cohorts(view: ClusterView, policy: GuardPolicy, now: float) -> list[Cohort]:
+def wave_cohorts(
+    view: ClusterView, policy: GuardPolicy, now: float, table: CohortTable | None = None
+) -> list[Cohort]:
     """The cohorts of the waves that can still be rolled back (a node inside its scale-out
-    window), with their figures (exporter.model.cohorts), for the metrics."""
+    window), with their figures (exporter.model.cohorts), for the metrics: from ``table`` (a
+    pass's :func:`cohort_table`, whose figures are as of its time) when given, so that reading
+    them again costs no walk over the nodes; else computed from the view as of ``now``."""
     at_risk = {
         w.id
         for w in view.waves
@@ -97,6 +101,8 @@ def wave_cohorts(view: ClusterView, policy: GuardPolicy, now: float) -> list[Coh
     }
     if not at_risk or not policy.cohorts.cohort_keys:
         return []
+    if table is not None:
+        return [c for wave in sorted(at_risk) for c in table.of_wave(wave)]
     members = (n for n in view.nodes if n.wave_id in at_risk)
     return cohorts(members, policy.cohorts, now, policy.node_monitor_grace_period)
 
