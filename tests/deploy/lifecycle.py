@@ -36,12 +36,16 @@ def next_release(overlay: str) -> str:
     return changed
 
 
-def uninstall(installer: Installer, workdir: Path) -> None:
-    """docs/uninstall.md to the letter: stop the controller, remove the manifests, clear what
-    stays on the nodes (a node listed as tainted would be untainted and uncordoned)."""
+def uninstall(installer: Installer, workdir: Path, *, helm: bool = False) -> None:
+    """docs/uninstall.md to the letter: stop the controller, remove the manifests (or the Helm
+    release, as its "With Helm" says), clear what stays on the nodes (a node listed as tainted
+    would be untainted and uncordoned)."""
     (stop,) = doc_blocks(UNINSTALL_DOC, "1. Stop the rollbacks")
     installer.shell(stop, cwd=workdir)
-    remove, _by_label = doc_blocks(UNINSTALL_DOC, "2. Remove the manifests")
+    if helm:
+        (remove,) = doc_blocks(UNINSTALL_DOC, "With Helm")
+    else:
+        remove, _by_label = doc_blocks(UNINSTALL_DOC, "2. Remove the manifests")
     installer.shell(remove, cwd=workdir)
     annotations, tainted, clear, _events_of_one, events = doc_blocks(
         UNINSTALL_DOC, "3. What stays on your nodes, and how to clear it"

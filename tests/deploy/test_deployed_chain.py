@@ -7,7 +7,8 @@ as the doc gives it): the namespace and the webhook token, the dry-run overlay, 
 overlay with the delete-nodes component. It checks what the doc promises: the agent on every
 node with the shipped security settings (as its process has them, not only as its spec says),
 reading that node's containerd, kubelet and the API server; the controller an ordinary pod with
-a pod address behind its Service, in dry run first and then acting.
+a pod address behind its Service, in dry run first and then acting. After its uninstall, the
+second test installs, upgrades and uninstalls the Helm chart on the same cluster the same way.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from nodesync_sim.real.node import RealNode
 from nodesync_sim.real.prometheus import LocalAlertmanager, LocalPrometheus
 from nodesync_sim.real.removal import remove_tree
 from tests.deploy.conftest import BuiltImage
+from tests.deploy.helmcli import helm_on_path
 from tests.deploy.incluster import (
     AGENT_PORT,
     NAMESPACE,
@@ -279,6 +281,96 @@ def test_the_shipped_manifests_run_on_real_kubelets_as_docs_install_says(
     uninstall(installer, deployment.workdir)
     assert leftovers(installer) == []
     print(f"\n[deploy] uninstalled in {time.monotonic() - started:.1f} s")
+
+
+def test_the_helm_chart_installs_acts_upgrades_and_uninstalls_as_the_docs_say(
+    deployment: Deployment,
+) -> None:
+    """The same cluster, after the kustomize release's uninstall: docs/install.md's "With Helm"
+    (the namespace and token, ``helm install`` in dry run, ``helm upgrade`` to act),
+    docs/upgrade.md's "Upgrade with Helm" to the next image, docs/uninstall.md's "With Helm"."""
+    installer, workdir = deployment.installer, deployment.workdir
+    assert leftovers(installer) == []  # the kustomize release is gone: Helm takes over nothing
+    nodes = [n["metadata"]["name"] for n in installer.get("nodes")["items"] if _node_ready(n)]
+    assert nodes  # the first test's failed node is gone; the other stays
+    # The administrator's volume for the journal's new claim: the old one is Released (its
+    # policy is Retain), and uninstall.md leaves deleting it to them.
+    (volume,) = [v for v in installer.get("pv")["items"] if v["spec"].get("hostPath")]
+    journal = Path(volume["spec"]["hostPath"]["path"])
+    installer.kubectl("delete", "pv", volume["metadata"]["name"])
+    for entry in journal.iterdir():
+        remove_tree(entry) if entry.is_dir() else entry.unlink()
+    installer.apply(journal_volume(journal))
+    env = dict(installer.env)
+    installer.env["PATH"] = helm_on_path(workdir / "bin")
+    try:
+        (install,) = doc_blocks("With Helm", "sh")
+        installer.shell(install, cwd=workdir / "nodesync")
+        release = _helm_release(installer)
+        assert (release["status"], release["version"]) == ("deployed", 1), release
+        _wait_chart(installer, nodes, dry_run=True, tag="0.1.0")
+
+        # "To act, after the dry run": the doc's command, with the component it names.
+        text = (ROOT / "docs" / "install.md").read_text()
+        (act,) = [" ".join(c.split()) for c in re.findall(r"`(helm upgrade [^`]+)`", text)]
+        installer.shell(f"{act} --set deleteNodes=true", cwd=workdir / "nodesync")
+        controller = _wait_chart(installer, nodes, dry_run=False, tag="0.1.0")
+        assert _controller_env(controller)["NODESYNC_ROLLBACK_DELETE_NODES"] == "true"
+        assert installer.get("clusterrole", "nodesync-controller-delete-nodes")["rules"]
+
+        # docs/upgrade.md: the next image's tag, the values kept.
+        (upgrade,) = doc_sh_blocks(UPGRADE_DOC, "Upgrade with Helm")
+        installer.shell(upgrade.replace("NEW_TAG", NEXT_TAG), cwd=workdir / "nodesync")
+        controller = _wait_chart(installer, nodes, dry_run=False, tag=NEXT_TAG)
+        assert _controller_env(controller)["NODESYNC_ROLLBACK_DELETE_NODES"] == "true"
+        assert _helm_release(installer)["version"] == 3
+
+        # docs/uninstall.md with Helm: steps 1 and 3 as for kustomize, Helm's removal for 2.
+        uninstall(installer, workdir, helm=True)
+        assert leftovers(installer) == []
+    finally:
+        installer.env.clear()
+        installer.env.update(env)
+
+
+def _node_ready(node: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+    return conditions.get("Ready") == "True"
+
+
+def _helm_release(installer: Installer) -> dict[str, Any]:
+    """Helm's record of the release ``nodesync`` (its latest revision's Secret labels)."""
+    secrets = installer.get("-n", NAMESPACE, "secrets", "-l", "owner=helm,name=nodesync")["items"]
+    labels = max(
+        (s["metadata"]["labels"] for s in secrets), key=lambda found: int(found["version"])
+    )
+    return {"status": labels["status"], "version": int(labels["version"])}
+
+
+def _wait_chart(
+    installer: Installer, nodes: list[str], *, dry_run: bool, tag: str
+) -> dict[str, Any]:
+    """An agent Ready on every node and one controller Ready, all of image ``tag``, the
+    controller in dry run or acting; returns the controller's pod."""
+
+    def settled() -> dict[str, Any] | None:
+        agents = _pods(installer, "agent")
+        controllers = _pods(installer, "controller")
+        pods = agents + controllers
+        if sorted(p["spec"]["nodeName"] for p in agents) != sorted(nodes) or len(controllers) != 1:
+            return None
+        if not all(_ready(p) and p["spec"]["containers"][0]["image"].endswith(f":{tag}")
+                   for p in pods):  # fmt: skip
+            return None
+        acting = _controller_env(controllers[0])["NODESYNC_ROLLBACK_DRY_RUN"] == "false"
+        return controllers[0] if acting != dry_run else None
+
+    return until(
+        settled,
+        timeout=300,
+        what=f"the chart's pods Ready on {tag}, dry run {dry_run}",
+        detail=lambda: installer.kubectl("-n", NAMESPACE, "get", "pods", "-o", "wide"),
+    )
 
 
 def _secret_value(installer: Installer, namespace: str, name: str, key: str) -> str:
