@@ -143,7 +143,8 @@ def requests(
     def matches(event: dict[str, Any]) -> bool:
         ref = event.get("objectRef") or {}
         checks: Iterable[tuple[Any, Any]] = (
-            (user, event["user"]["username"]),
+            # A request refused before authentication (a bad token) names no user.
+            (user, event["user"].get("username")),
             (verb, event["verb"]),
             (resource, ref.get("resource")),
             (subresource, ref.get("subresource")),
