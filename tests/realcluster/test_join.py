@@ -7,6 +7,10 @@ release that breaks a join breaks it here."""
 
 from __future__ import annotations
 
+import functools
+import math
+from typing import Any
+
 import pytest
 
 from exporter.model.rfc3339 import parse_time
@@ -24,7 +28,7 @@ from tests.realcluster.helpers import (
     wait_value,
 )
 from tests.support.containerd import Release
-from tests.support.realcluster import RealChain
+from tests.support.realcluster import CONTROLLER_JOB, WAVE_LABEL, RealChain
 from tests.support.wait import until
 
 pytestmark = [
@@ -34,6 +38,9 @@ pytestmark = [
 ]
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+JOINS_READY = f'nodesync_joins_total{{job="{CONTROLLER_JOB}",outcome="ready"}}'
+#: The join SLO's shortest error ratio, as rules/joins.yml records it.
+SLO_ERRORS = "cluster:nodesync_join_slo_errors:ratio_rate5m"
 
 
 def _time(text: str) -> float:
@@ -45,6 +52,14 @@ def _time(text: str) -> float:
 def test_a_join_that_works(realchain: RealChain, containerd_release: Release) -> None:
     api = realchain.api
     mark = audit_mark(api)
+    # The join SLO's judgements so far (other tests' nodes were judged too), once Prometheus
+    # has scraped the controller.
+    judged_before = until(
+        functools.partial(value, realchain, JOINS_READY),
+        accept=lambda v: v is not None,
+        timeout=30,
+        what=JOINS_READY,
+    )
     node = realchain.join(containerd_bin_dir=containerd_release.bin_dir)
     name = node.name
     sel = f'node="{name}"'
@@ -120,6 +135,25 @@ def test_a_join_that_works(realchain: RealChain, containerd_release: Release) ->
             f"join of {name}: Ready {ready_at - created:.0f} s after registration, "
             f"first pod Running {first_running - created:.0f} s after"
         )
+        starts = {
+            _time(p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"])
+            for p in running
+        }
+        _check_join_stages(realchain, name, lease, ready_at, starts)
+
+        # The join SLO judged the node ready (Ready within the objective) once, and Prometheus
+        # evaluates the shipped SLO rules on that judgement: an error ratio below 1.
+        wait_value(realchain, JOINS_READY, judged_before + 1)
+        errors = until(
+            lambda: value(realchain, SLO_ERRORS),
+            accept=lambda v: v is not None and math.isfinite(v),
+            timeout=30,
+            what=f"{SLO_ERRORS} evaluated on the judgement",
+        )
+        assert 0 <= errors < 1, errors
+        budget = value(realchain, "cluster:nodesync_join_slo_error_budget:ratio")
+        assert budget is not None
+        assert math.isclose(budget, 1 - 0.99), budget  # the shipped target: 99%
 
         # No alert about the node, nothing delivered, no rollback, no write by nodesync.
         assert realchain.prom.query(f"count_over_time(ALERTS{{{sel}}}[10m])") == []
@@ -135,3 +169,37 @@ def test_a_join_that_works(realchain: RealChain, containerd_release: Release) ->
     # reports as orphans; a kept node would draw a cleanup into the next test (the join on the
     # next release asserts that nodesync writes nothing at all).
     realchain.leave(node)
+
+
+def _check_join_stages(
+    realchain: RealChain, name: str, lease: dict[str, Any], ready_at: float, starts: set[float]
+) -> None:
+    """Each join stage of the real node as the controller exports it: the times the API
+    objects hold, and each observed once in its wave's histogram, as seconds from creation."""
+    sel = f'node="{name}"'
+    created = value(realchain, f"nodesync_node_created_timestamp_seconds{{{sel}}}")
+    assert created is not None
+    wave = realchain.api.ok("GET", f"/api/v1/nodes/{name}")["metadata"]["labels"][WAVE_LABEL]
+    expected = {
+        "lease": {_time(lease["metadata"]["creationTimestamp"])},
+        "ready": {ready_at},
+        # Nothing in this cluster sets NetworkUnavailable: kubelet's Ready says the network is.
+        "network_ready": {ready_at},
+        # No readiness taint ever held the node: its gates were clear at creation.
+        "gates_cleared": {created},
+        # The start of whichever of the two pods the controller saw Running first.
+        "pod_running": starts,
+    }
+    for stage, times in expected.items():
+        reached = f'nodesync_node_join_stage_timestamp_seconds{{{sel},stage="{stage}"}}'
+        at = until(
+            functools.partial(value, realchain, reached),
+            timeout=60,
+            what=f"the join stage {stage}",
+        )
+        assert at in times, (stage, at, times)
+        observed = f'{{stage="{stage}",wave="{wave}"}}'
+        wait_value(realchain, f"nodesync_wave_join_stage_duration_seconds_count{observed}", 1)
+        took = value(realchain, f"nodesync_wave_join_stage_duration_seconds_sum{observed}")
+        assert took is not None
+        assert math.isclose(took, at - created, abs_tol=1e-6), (stage, took, at - created)
