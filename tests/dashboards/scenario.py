@@ -250,6 +250,7 @@ class Scenario:
     _thread: LoopThread | None = None
     _api: APIServer | None = None
     _controller_app: web.Application | None = None
+    _controller_made: float = 0.0  # after make_app: its join tracker started before
     _runners: list[web.AppRunner] = field(default_factory=list)
 
     @property
@@ -367,6 +368,7 @@ class Scenario:
                 ExecutorSettings(dry_run=True),
             ),
         )
+        self._controller_made = time.time()
         runner, self.agent_port = await _serve(agent)
         self._runners.append(runner)
         runner, self.controller_port = await _serve(controller)
@@ -400,6 +402,15 @@ class Scenario:
             timeout=20,
             what="the controller's pod watch",
             interval=0.1,
+        )
+        # The controller observes only the stages reached after it started, and a container's
+        # startedAt has whole seconds: a start in the controller's own first second would read
+        # as before it and land in no wave histogram.
+        await until_async(
+            lambda: int(time.time()) > self._controller_made,
+            timeout=5,
+            what="the second after the controller's start",
+            interval=0.05,
         )
         assert self._api is not None
         pod = self._api.store.get("pods", name, namespace=NAMESPACE)
