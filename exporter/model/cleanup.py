@@ -18,6 +18,11 @@ show yet, so that it removes them rather than answer while they still run.
 
 After acting, the agent lists the runtime again and reports what it still holds that nobody
 wants (:func:`remaining_after`): the controller's verify step passes only when that is nothing.
+
+The agent's own pod (``own_pod_uid``) is spared throughout: never waited for, never acted on,
+never counted as remaining. Deleted while the kubelet is gone (its DaemonSet updated during a
+rollback), it stays Terminating and still runs: waiting for it would never end, and removing it
+would end the agent before it answers.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from exporter.model.drift import Drift, DriftItem, DriftKind, desired_until
 from exporter.model.kube import PodInfo
 from exporter.model.rfc3339 import format_time, parse_time
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION, CLEANUP_STATUS_ANNOTATION
+from exporter.model.runtime import RuntimeSnapshot
 
 #: The kinds a cleanup removes. missing_sandbox (nothing to remove) and kubelet_only (kubelet's
 #: own directories) are never touched.
@@ -194,12 +200,18 @@ def desired_uids(
     return frozenset(out)
 
 
+def held_pods(snapshot: RuntimeSnapshot) -> frozenset[str]:
+    """The pod uids the runtime holds a sandbox or a container of."""
+    return frozenset(s.uid for s in snapshot.sandboxes) | {c.pod_uid for c in snapshot.containers}
+
+
 def _waiting(
     requested: Drift,
     fresh: Drift,
     live_pods: Iterable[PodInfo],
     now: float,
     held: Collection[str],
+    own_pod_uid: str,
 ) -> list[tuple[PodInfo, str]]:
     """Pods being deleted, with the kubelet gone, that the runtime holds (``held``: the pod uids
     of its sandboxes and containers) and that this cleanup cannot remove yet but will: their
@@ -209,7 +221,7 @@ def _waiting(
     waiting: list[tuple[PodInfo, str]] = []
     for pod in sorted(live_pods, key=lambda p: (p.namespace, p.name, p.uid)):
         until = desired_until(pod, kubelet_gone=True)
-        if until is None or pod.uid not in held:
+        if until is None or pod.uid not in held or (own_pod_uid and pod.uid == own_pod_uid):
             continue
         if now < until:
             waiting.append((pod, f"its deletion is due in {until - now:.0f} s"))
@@ -226,10 +238,12 @@ def select(
     *,
     kubelet_gone: bool = False,
     held: Collection[str] = (),
+    own_pod_uid: str = "",
 ) -> Selection:
     """The cleanable items of ``requested`` that ``fresh`` (computed right now from a fresh
     runtime read and the live pod list) still reports the same way. With ``kubelet_gone``
-    (as checked right now), also the pods whose deletion the cleanup must wait for."""
+    (as checked right now), also the pods whose deletion the cleanup must wait for. The pod
+    ``own_pod_uid`` (the agent's own; empty: none) is never acted on nor waited for."""
     live_pods = tuple(live_pods)
     still = {_key(i) for i in fresh.items}
     desired = desired_uids(live_pods, now, kubelet_gone=kubelet_gone)
@@ -237,13 +251,15 @@ def select(
     skipped: list[tuple[DriftItem, str]] = []
     for kind in CLEANABLE:
         for item in requested.of(kind):
-            if item.kind in _ORPHANS and item.pod_uid in desired:
+            if own_pod_uid and item.pod_uid == own_pod_uid:
+                skipped.append((item, "the agent's own pod"))
+            elif item.kind in _ORPHANS and item.pod_uid in desired:
                 skipped.append((item, "its pod is desired now"))
             elif _key(item) not in still:
                 skipped.append((item, "no longer drifted"))
             else:
                 act.append(item)
-    waiting = _waiting(requested, fresh, live_pods, now, held) if kubelet_gone else []
+    waiting = _waiting(requested, fresh, live_pods, now, held, own_pod_uid) if kubelet_gone else []
     return Selection(tuple(act), tuple(skipped), tuple(waiting))
 
 
@@ -254,13 +270,17 @@ def remaining_after(
     now: float,
     *,
     kubelet_gone: bool,
+    own_pod_uid: str = "",
 ) -> Remaining:
     """What a runtime listed again after a cleanup (``relisted``: its drift, computed with the
     same ``kubelet_gone``) still holds that nobody wants. With the kubelet gone, every cleanable
     item of the re-list: nobody else will remove them. With a live kubelet, only what the
     cleanup selected from the drift it acted on (``requested``) and the re-list still finds: an
     item orphaned since that drift was taken (a pod whose deletion the kubelet just confirmed)
-    is the kubelet's to collect, as the cleanup itself leaves it."""
+    is the kubelet's to collect, as the cleanup itself leaves it. The pod ``own_pod_uid`` (the
+    agent's own, which the cleanup spares) never remains."""
     if kubelet_gone:
-        return Remaining.of_items([i for kind in CLEANABLE for i in relisted.of(kind)])
-    return Remaining.of_items(select(requested, relisted, live_pods, now).act)
+        items = [i for kind in CLEANABLE for i in relisted.of(kind)]
+        return Remaining.of_items([i for i in items if not own_pod_uid or i.pod_uid != own_pod_uid])
+    chosen = select(requested, relisted, live_pods, now, own_pod_uid=own_pod_uid)
+    return Remaining.of_items(chosen.act)

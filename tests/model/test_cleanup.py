@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from exporter.model.cleanup import (
+    CLEANABLE,
     REMAINING_PODS_MAX,
     CleanupState,
     CleanupStatus,
@@ -313,6 +314,85 @@ def test_a_kubelet_that_came_back_keeps_the_pods_sandbox() -> None:
 def test_desired_uids_with_the_kubelet_gone_end_at_the_deletion_timestamp() -> None:
     assert desired_uids([EVICTED, NOT_DUE], NOW) == {"u-evicted", "u-due"}
     assert desired_uids([EVICTED, NOT_DUE], NOW, kubelet_gone=True) == {"u-due"}
+
+
+# ---------------------------------------------------------------- the agent's own pod
+
+
+# The agent's own pod, deleted (its DaemonSet updated) while the kubelet is gone: Terminating,
+# and still held by the runtime, exactly as EVICTED and NOT_DUE are.
+OWN = pod("u-agent", "agent", deletion_timestamp=TERMINATING_AT, deletion_grace_period_seconds=30)
+OWN_NOT_DUE = pod("u-agent", "agent", deletion_timestamp=NOW + 20, deletion_grace_period_seconds=30)
+OWN_SB = sandbox("u-agent", id="sb-agent", name="agent", created_at=OLD)
+OWN_APP = running(uid="u-agent", sandbox_id="sb-agent", pod="agent", created_at=OLD)
+OWN_HELD = HELD | {"u-agent"}
+
+
+def own_drift(pods: list[PodInfo], sandboxes: list[Any], gone: bool) -> Drift:
+    containers = [c for s, c in ((EVICTED_SB, EVICTED_APP), (OWN_SB, OWN_APP)) if s in sandboxes]
+    snapshot = RuntimeSnapshot(NOW, None, (), tuple(sandboxes), tuple(containers))
+    return compute_drift(pods, snapshot, (), NOW, grace_seconds=60, kubelet_gone=gone)
+
+
+GONE_DUE = ([*PODS, EVICTED, OWN], [WEB_NEW, EVICTED_SB, OWN_SB])
+GONE_NOT_DUE = ([*PODS, NOT_DUE, OWN_NOT_DUE], [WEB_NEW, NOT_DUE_SB, OWN_SB])
+OBJECTS_GONE = (PODS, [WEB_NEW, EVICTED_SB, OWN_SB])  # a live kubelet confirmed both deletions
+REMOVED = (["sb-evicted"], [])  # (sandboxes acted on, pods waited for)
+BOTH_REMOVED = (["sb-agent", "sb-evicted"], [])
+
+
+@pytest.mark.parametrize(
+    ("scene", "gone", "spared", "unchanged"),
+    [
+        pytest.param(GONE_DUE, True, REMOVED, BOTH_REMOVED, id="gone-past-due:-the-other-removed"),
+        pytest.param(
+            GONE_NOT_DUE, True, ([], ["due"]), ([], ["agent", "due"]), id="gone-not-due:-waits"
+        ),
+        pytest.param(GONE_DUE, False, ([], []), ([], []), id="live-being-deleted:-the-kubelets"),
+        pytest.param(
+            OBJECTS_GONE, False, REMOVED, BOTH_REMOVED, id="live-objects-gone:-the-other-removed"
+        ),
+    ],
+)
+def test_the_agents_own_pod_is_never_waited_for_nor_removed(
+    scene: tuple[list[PodInfo], list[Any]],
+    gone: bool,
+    spared: tuple[list[str], list[str]],
+    unchanged: tuple[list[str], list[str]],
+) -> None:
+    """(sandboxes acted on, pods waited for): with the own pod's uid, and without (as before:
+    the own pod is one more pod being deleted)."""
+    pods, sandboxes = scene
+    requested = own_drift(pods, sandboxes, gone)
+    own = [i.sandbox_id for i in requested.items if i.pod_uid == "u-agent" and i.kind in CLEANABLE]
+    for spare, (act, waiting) in (("u-agent", spared), ("", unchanged)):
+        chosen = select(
+            requested, requested, pods, NOW, kubelet_gone=gone, held=OWN_HELD, own_pod_uid=spare
+        )
+        assert sorted({i.sandbox_id for i in chosen.act}) == act, spare
+        assert sorted(p.name for p, _ in chosen.waiting) == waiting, spare
+        skipped = [i.sandbox_id for i, why in chosen.skipped if why == "the agent's own pod"]
+        assert skipped == (own if spare else []), spare
+
+
+@pytest.mark.parametrize(
+    ("scene", "gone"),
+    [pytest.param(GONE_DUE, True, id="gone"), pytest.param(OBJECTS_GONE, False, id="live")],
+)
+def test_the_agents_own_pod_never_remains(
+    scene: tuple[list[PodInfo], list[Any]], gone: bool
+) -> None:
+    """Left alone by the cleanup, the own pod would otherwise fail the controller's verify;
+    the other pod in the same state remains, and without the setting both do (as before)."""
+    pods, sandboxes = scene
+    requested = own_drift(pods, sandboxes, gone)
+    relisted = own_drift(pods, sandboxes, gone)
+
+    def left(spare: str) -> Remaining:
+        return remaining_after(requested, relisted, pods, NOW, kubelet_gone=gone, own_pod_uid=spare)
+
+    assert left("u-agent") == Remaining(1, 0, ("default/evicted",))
+    assert left("") == Remaining(2, 0, ("default/agent", "default/evicted"))
 
 
 # ---------------------------------------------------------------- what remains
