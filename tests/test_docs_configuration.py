@@ -11,7 +11,7 @@ from exporter.configuration_docs import commands, render
 from tests.configuration_docs import DOC
 
 # Variables with a meaning of their own outside nodesync (the downward API's usual name).
-CONVENTIONAL = {"NODE_NAME"}
+CONVENTIONAL = {"NODE_NAME", "POD_UID"}
 
 
 def test_the_tables_are_current() -> None:

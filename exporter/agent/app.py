@@ -122,6 +122,7 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
             api=side.writer,
             kubelet_healthy=healthz.healthy,
             call_timeout=settings.cleanup_call_timeout,
+            own_pod_uid=settings.pod_uid,
         )
         app[CLEANUP] = cleanup
         registry.register(SnapshotCollector(lambda: cleanup_families(cleanup.totals())))

@@ -15,7 +15,7 @@ NodeRollback uid: an answer an earlier rollback left on the node never answers a
    as in 1. When the runtime holds a pod being deleted and the Node's Ready is Unknown, kubelet's
    healthz is probed right then: with the kubelet gone (both), such a pod is not desired past its
    deletion timestamp, and while one is not due yet (or the sync loop's drift does not show it
-   yet) the request waits, acknowledged, and is looked at again next period.
+   yet) the request waits, acknowledged, till the next period. The agent's own pod is spared.
 3. For each item, right before acting, ask the runtime for that object once more (it must still
    exist with the same pod uid; a stale sandbox must still be not ready), then stop and remove
    it: containers first, then sandboxes. NOT_FOUND counts as done.
@@ -42,6 +42,7 @@ from exporter.model.cleanup import (
     CleanupStatus,
     Remaining,
     Selection,
+    held_pods,
     pending_request,
     remaining_after,
     select,
@@ -103,10 +104,12 @@ class NodeCleanup:
         kubelet_healthy: Callable[[], Awaitable[bool]] | None = None,
         call_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        own_pod_uid: str = "",
     ) -> None:
         """``kubelet_healthy`` probes kubelet's healthz now; without it the kubelet is never
-        taken for gone (pods being deleted are left to it)."""
+        taken for gone (pods being deleted are left to it). ``own_pod_uid``: the pod spared."""
         self.node_name = node_name
+        self.own_pod_uid = own_pod_uid
         self._kubelet_healthy = kubelet_healthy
         self._node = node
         self._drift = drift
@@ -183,7 +186,10 @@ class NodeCleanup:
         fresh = compute_drift(
             pods, snapshot, (), now, grace_seconds=drift.grace_seconds, kubelet_gone=gone
         )
-        chosen = select(drift, fresh, pods, now, kubelet_gone=gone, held=_held(snapshot))
+        own = self.own_pod_uid
+        chosen = select(
+            drift, fresh, pods, now, kubelet_gone=gone, held=held_pods(snapshot), own_pod_uid=own
+        )
         if chosen.waiting:
             pod, why = chosen.waiting[0]
             self._wait(
@@ -206,7 +212,7 @@ class NodeCleanup:
         kubelet's healthz is probed now, right before acting on what follows from it."""
         if self._kubelet_healthy is None:
             return False
-        held = _held(snapshot)
+        held = held_pods(snapshot)
         if not any(p.deletion_timestamp is not None and p.uid in held for p in pods):
             return False
         if not kubelet_gone(False, node):  # Ready is not Unknown: no need to probe
@@ -312,7 +318,8 @@ class NodeCleanup:
         after = compute_drift(
             pods, snapshot, (), now, grace_seconds=requested.grace_seconds, kubelet_gone=gone
         )
-        return remaining_after(requested, after, pods, now, kubelet_gone=gone)
+        own = self.own_pod_uid
+        return remaining_after(requested, after, pods, now, kubelet_gone=gone, own_pod_uid=own)
 
     async def _remove_sandbox(self, item: DriftItem) -> bool:
         try:
@@ -378,11 +385,6 @@ class NodeCleanup:
                 "skipped": status.skipped,
             },
         )
-
-
-def _held(snapshot: RuntimeSnapshot) -> frozenset[str]:
-    """The pod uids the runtime holds a sandbox or a container of."""
-    return frozenset(s.uid for s in snapshot.sandboxes) | {c.pod_uid for c in snapshot.containers}
 
 
 def _fields(item: DriftItem, request: str, **extra: str) -> dict[str, str]:

@@ -109,6 +109,16 @@ class AgentSettings:
         'agent runs without the API view and reports `nodesync_source_up{source="apiserver"} 0`',
         aliases=("--node-name",),
     )
+    pod_uid: str = setting(
+        "--pod.uid",
+        "",
+        "the agent's own pod's uid (from the downward API), which a cleanup never removes",
+        NAME,
+        env="POD_UID",
+        doc="the agent's own pod's uid (set it from the downward API, `metadata.uid`): a "
+        "cleanup never waits for, removes or reports that pod, see [cleanup.md](cleanup.md); "
+        "empty: the agent does not know its pod, and may remove it while the kubelet is gone",
+    )
     kubeconfig: str = KUBECONFIG.field()
     context: str = KUBE_CONTEXT.field()
     api_initial_jitter: float = setting(

@@ -11,7 +11,9 @@ writes it.
   the runtime holds nothing unwanted;
 - the kubelet answering (Ready Unknown: a partition) or the Node Ready: nothing of the evicted
   pods is removed, though their deletion is past;
-- a deletion that is not due: nothing removed, the request stays acknowledged.
+- a deletion that is not due: nothing removed, the request stays acknowledged;
+- the agent's own pod deleted too (its DaemonSet updated): neither waited for nor removed, and
+  not counted as remaining, while another pod deleted alike is removed.
 """
 
 from __future__ import annotations
@@ -281,3 +283,24 @@ async def test_a_deletion_not_due_is_waited_for_and_nothing_removed(scene: Scene
     sandboxes, containers = await scene.held()
     assert ran.sandbox_id in sandboxes
     assert ran.container_ids["app"] in containers
+
+
+async def test_the_agents_own_pod_being_deleted_is_spared(scene: Scene) -> None:
+    own_uid, own = await scene.pod("nodesync-agent-x", grace=300)
+    _, other = await scene.pod("app-0", grace=2)
+    scene.cleanup.own_pod_uid = own_uid  # what the downward API gives the agent (POD_UID)
+    scene.kubelet["alive"] = False
+    scene.set_ready("Unknown")
+    # The DaemonSet controller deletes the agent's pod; without a kubelet it stays Terminating,
+    # its deletion not due for 300 s. Another pod is evicted alike, due in 2 s.
+    assert scene.evict("nodesync-agent-x") > time.time() + 60
+    scene.evict("app-0")
+    scene.request("r1")
+    status = await scene.answer("r1")
+    assert status.state is CleanupState.DONE, status
+    assert (status.removed_sandboxes, status.removed_containers) == (1, 0)
+    assert status.remaining == Remaining()
+    sandboxes, containers = await scene.held()
+    assert other.sandbox_id not in sandboxes
+    assert own.sandbox_id in sandboxes  # the agent's own pod runs on
+    assert own.container_ids["app"] in containers

@@ -12,6 +12,7 @@ from tests.deploy.manifests import Obj, env
 #: Values for the variables a pod gets from elsewhere (the downward API, a Secret).
 FROM_ELSEWHERE = {
     "NODE_NAME": "node-a",
+    "POD_UID": "6f1c1f4e-0b7a-4a57-9d0e-3c2a1b0d9e8f",
     "NODESYNC_LEADER_ELECTION_IDENTITY": "nodesync-controller-0",
     TOKEN_ENV: "a-token",
 }

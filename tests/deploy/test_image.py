@@ -41,6 +41,7 @@ pytestmark = [pytest.mark.containerd, pytest.mark.timeout(1800)]
 CALL_TIMEOUT = 60.0
 IMAGE = f"docker.io/library/nodesync:{__version__}"
 NODE_NAME = "image-test-node"
+POD_UID = "6f1c1f4e-0b7a-4a57-9d0e-3c2a1b0d9e8f"
 INSTALL_DOC = ROOT / "docs" / "install.md"
 
 CHECKS = """
@@ -115,6 +116,8 @@ class AgentPod:
                 found[variable["name"]] = variable["value"]
             elif variable["valueFrom"].get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
                 found[variable["name"]] = NODE_NAME
+            elif variable["valueFrom"].get("fieldRef", {}).get("fieldPath") == "metadata.uid":
+                found[variable["name"]] = POD_UID
             else:
                 raise AssertionError(f"the test cannot provide {variable}")
         return found

@@ -152,6 +152,11 @@ def test_the_agent_runs_on_every_node_with_its_node_name() -> None:
         "name": "NODE_NAME",
         "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
     }
+    # Its own pod, which a cleanup spares (docs/cleanup.md).
+    assert env(spec)["POD_UID"] == {
+        "name": "POD_UID",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}},
+    }
     assert spec["ports"] == [{"name": "metrics", "containerPort": AGENT_PORT, "protocol": "TCP"}]
 
 
