@@ -1,5 +1,5 @@
-"""What the real-cluster tests share: pods on a node, Prometheus readings, the audit log, the
-node's containers (over CRI) and Events (as kubectl shows them)."""
+"""What the real-cluster tests share: a node to break, pods on a node, Prometheus readings, the
+audit log, the node's containers (over CRI), Events (as kubectl shows them) and NodeRollbacks."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from exporter.cri.pb import api_pb2, api_pb2_grpc
+from nodesync_sim.real.cluster import condition
 from nodesync_sim.real.containerd import IMAGE_REF
 from nodesync_sim.real.kube_apiserver import AGENT, CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
@@ -75,6 +76,20 @@ def namespace(api: LocalKubeAPIServer) -> Iterator[str]:
         delete_namespace(api, name)
 
 
+@contextmanager
+def broken_node(chain: RealChain) -> Iterator[tuple[RealNode, int]]:
+    """A fresh node for a test to break, and where the audit log ends once it joined. The kept
+    healthy node stays beside it (not every node breaks: the controller-manager's verdicts stay
+    per node). Afterwards the node leaves, its containerd thawed first: broken, never reused."""
+    chain.healthy_node()
+    node = chain.join()
+    try:
+        yield node, audit_mark(chain.api)
+    finally:
+        node.containerd.thaw()
+        chain.leave(node)
+
+
 def create_pod(api: LocalKubeAPIServer, ns: str, body: dict[str, Any]) -> dict[str, Any]:
     created: dict[str, Any] = api.ok("POST", f"/api/v1/namespaces/{ns}/pods", body)
     return created
@@ -93,6 +108,25 @@ def wait_phase(api: LocalKubeAPIServer, ns: str, name: str, phase: str, timeout:
     return until(reached, timeout=timeout, what=f"pod {ns}/{name} to be {phase}")
 
 
+def running_pods(
+    api: LocalKubeAPIServer, ns: str, node: RealNode, count: int = 2
+) -> list[dict[str, Any]]:
+    """Pods ``app-0`` ... on ``node``, each Running before the next is made."""
+    running = []
+    for i in range(count):
+        create_pod(api, ns, pod(f"app-{i}", node))
+        running.append(wait_phase(api, ns, f"app-{i}", "Running"))
+    return running
+
+
+def in_service(api: LocalKubeAPIServer, name: str) -> None:
+    """Asserts that Node ``name`` is Ready, schedulable and carries no taint of nodesync."""
+    found = api.ok("GET", f"/api/v1/nodes/{name}")
+    assert condition(found, "Ready")["status"] == "True", found["status"]
+    assert not found["spec"].get("unschedulable"), found["spec"]
+    assert not [t for t in found["spec"].get("taints", ()) if "nodesync" in t["key"]], found
+
+
 def value(chain: RealChain, promql: str) -> float | None:
     """The single value of an instant query (None: no series)."""
     result = chain.prom.query(promql)
@@ -104,6 +138,17 @@ def value(chain: RealChain, promql: str) -> float | None:
 
 def wait_value(chain: RealChain, promql: str, want: float, timeout: float = 60) -> None:
     until(lambda: value(chain, promql) == want, timeout=timeout, what=f"{promql} == {want}")
+
+
+def wait_firing(chain: RealChain, alert: str, selector: str, timeout: float = 90) -> float:
+    """Waits for the shipped rule ``alert`` to fire for the series of ``selector`` (label
+    matchers, e.g. ``node="x"``); returns when it was seen firing."""
+    until(
+        lambda: chain.prom.query(f'ALERTS{{alertname="{alert}",{selector},alertstate="firing"}}'),
+        timeout=timeout,
+        what=f"the shipped rule {alert} to fire",
+    )
+    return time.time()
 
 
 def product_events(api: LocalKubeAPIServer, since: int) -> list[dict[str, Any]]:
@@ -129,6 +174,16 @@ def refused(events: list[dict[str, Any]]) -> list[str]:
         for e in events
         if e["responseStatus"]["code"] == 403
     ]
+
+
+def audited_effects(
+    api: LocalKubeAPIServer, mark: int, node: str
+) -> tuple[list[dict[str, Any]], Counter[tuple[str, str, str | None]]]:
+    """The nodesync accounts' requests since ``mark`` (asserting that none was refused) and the
+    controller's writes among them (:func:`controller_effects`)."""
+    events = product_events(api, mark)
+    assert refused(events) == []
+    return events, controller_effects(api, events, node)
 
 
 def containers_of(endpoint: str, uids: set[str]) -> list[str]:
@@ -174,6 +229,40 @@ def described_events(described: str) -> list[tuple[str, str]]:
     ]
 
 
+#: nodesync's Events on a node its cleanup (cleanup_orphans) left in service, counted.
+CLEANED_UP = {"NodesyncRollback": 1, "NodesyncCleanupRuntime": 1, "NodesyncVerify": 1}
+
+
+def nodesync_on_node(chain: RealChain, name: str) -> Counter[str]:
+    """nodesync's Event reasons in ``kubectl describe node``, counted."""
+    shown = described_events(kubectl(chain, "describe", "node", name))
+    return Counter(reason for _, reason in shown if reason.startswith("Nodesync"))
+
+
+def node_rollback_events(chain: RealChain, name: str) -> list[dict[str, Any]]:
+    """The Events about Node ``name``, asserting that each step of a node rollback
+    (:data:`NODESYNC_EVENTS`) is among them once."""
+    about = events_about(chain, "Node", name)
+    reasons = [e["reason"] for e in about]
+    for reason in NODESYNC_EVENTS:
+        assert reasons.count(reason) == 1, (reason, reasons)
+    return about
+
+
+def eviction_events(chain: RealChain, ns: str, name: str, uid: str | None = None) -> list[str]:
+    """The reasons of the Events about pod ``ns/name`` (of ``uid``, if given), asserting that
+    nodesync's decision and eviction are among them once each."""
+    reasons = [
+        e["reason"]
+        for e in events_about(chain, "Pod", name)
+        if e["involvedObject"].get("namespace") == ns
+        and uid in (None, e["involvedObject"].get("uid"))
+    ]
+    assert reasons.count("NodesyncRollback") == 1, (name, reasons)
+    assert reasons.count("NodesyncEvictPod") == 1, (name, reasons)
+    return reasons
+
+
 ROLLBACKS = "/apis/nodesync.io/v1alpha1/noderollbacks"
 
 
@@ -186,6 +275,15 @@ def rollbacks_of(api: LocalKubeAPIServer, node: str) -> list[dict[str, Any]]:
 def steps(rollback: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A NodeRollback's steps by name."""
     return {s["name"]: s for s in rollback.get("status", {}).get("steps", ())}
+
+
+#: The steps a node rollback does when its runtime cleanup is skipped, in order.
+DONE_WITHOUT_CLEANUP = ["cordon", "taint", "drain", "verify", "delete_node"]
+
+
+def done_steps(rollback: dict[str, Any]) -> list[str]:
+    """The names of a NodeRollback's steps that are done, in order."""
+    return [name for name, step in steps(rollback).items() if step["state"] == "done"]
 
 
 def follow_rollback(

@@ -13,30 +13,28 @@ and ends Succeeded without changing the node. The test asserts that too, as it h
 from __future__ import annotations
 
 import time
-from collections import Counter
-from typing import Any
 
 import pytest
 
 from exporter.model.rfc3339 import parse_time
-from nodesync_sim.real.cluster import condition
 from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
+    CLEANED_UP,
     audit_mark,
-    controller_effects,
+    audited_effects,
     create_pod,
-    described_events,
     events_about,
+    eviction_events,
     follow_rollback,
     get_pod,
-    kubectl,
+    in_service,
     namespace,
+    nodesync_on_node,
     pod,
-    product_events,
-    refused,
     rollbacks_of,
     steps,
     value,
+    wait_firing,
     wait_phase,
 )
 from tests.support.realcluster import RealChain
@@ -59,14 +57,6 @@ def test_a_pod_without_a_network_on_a_new_node_is_evicted_and_the_node_stays(
         realchain.leave(node)
 
 
-def _pod_events(realchain: RealChain, ns: str, name: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in events_about(realchain, "Pod", name)
-        if e["involvedObject"].get("namespace") == ns
-    ]
-
-
 def _broken_network(realchain: RealChain, node: RealNode, mark: int) -> None:
     api = realchain.api
     name = node.name
@@ -78,8 +68,8 @@ def _broken_network(realchain: RealChain, node: RealNode, mark: int) -> None:
         uid = stuck["metadata"]["uid"]
 
         def sandbox_failed() -> float | None:
-            for event in _pod_events(realchain, ns, "app"):
-                if event["reason"] == SANDBOX_FAILED:
+            for event in events_about(realchain, "Pod", "app"):
+                if event["involvedObject"].get("uid") == uid and event["reason"] == SANDBOX_FAILED:
                     return parse_time(event.get("firstTimestamp"))
             return None
 
@@ -100,14 +90,7 @@ def _broken_network(realchain: RealChain, node: RealNode, mark: int) -> None:
             what="the agent to report the Pending pod",
         )
         reported_at = time.time()
-        until(
-            lambda: realchain.prom.query(
-                f'ALERTS{{alertname="{ALERT}",{sel},alertstate="firing"}}'
-            ),
-            timeout=90,
-            what="the shipped rule to fire",
-        )
-        alert_at = time.time()
+        alert_at = wait_firing(realchain, ALERT, sel)
         rollback, _, done_at = follow_rollback(api, name, 120, action="evict_pod")
         status = rollback["status"]
         assert status["phase"] == "Succeeded", status
@@ -151,9 +134,7 @@ def _broken_network(realchain: RealChain, node: RealNode, mark: int) -> None:
         )
 
         # One eviction, of that pod, and the cleanup request; nothing refused.
-        events = product_events(api, mark)
-        assert refused(events) == []
-        effects = controller_effects(api, events, name)
+        events, effects = audited_effects(api, mark, name)
         assert effects == {("create", "pods", "eviction"): 1, ("patch", "nodes", None): 1}, effects
         evicted = [
             e["objectRef"]["name"]
@@ -163,22 +144,7 @@ def _broken_network(realchain: RealChain, node: RealNode, mark: int) -> None:
         assert evicted == ["app"], evicted
         # The node stays Ready and schedulable; it shows the cleanup's decision and steps, the
         # pod the eviction's decision and step.
-        found = api.ok("GET", f"/api/v1/nodes/{name}")
-        assert condition(found, "Ready")["status"] == "True"
-        assert not found["spec"].get("unschedulable")
-        assert not [t for t in found["spec"].get("taints", ()) if "nodesync" in t["key"]]
-        shown = described_events(kubectl(realchain, "describe", "node", name))
-        ours = Counter(r for _, r in shown if r.startswith("Nodesync"))
-        assert ours == {
-            "NodesyncRollback": 1,
-            "NodesyncCleanupRuntime": 1,
-            "NodesyncVerify": 1,
-        }, shown
-        reasons = [
-            e["reason"]
-            for e in _pod_events(realchain, ns, "app")
-            if e["involvedObject"].get("uid") == uid
-        ]
-        assert reasons.count("NodesyncRollback") == 1, reasons
-        assert reasons.count("NodesyncEvictPod") == 1, reasons
+        in_service(api, name)
+        assert nodesync_on_node(realchain, name) == CLEANED_UP
+        reasons = eviction_events(realchain, ns, "app", uid)
         assert SANDBOX_FAILED in reasons, reasons

@@ -15,19 +15,17 @@ from exporter.model.rfc3339 import parse_time
 from nodesync_sim.real.cluster import condition
 from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
-    NODESYNC_EVENTS,
-    audit_mark,
-    controller_effects,
-    create_pod,
-    events_about,
+    DONE_WITHOUT_CLEANUP,
+    audited_effects,
+    broken_node,
+    done_steps,
     follow_rollback,
     namespace,
-    pod,
-    product_events,
-    refused,
+    node_rollback_events,
+    running_pods,
     steps,
     value,
-    wait_phase,
+    wait_firing,
 )
 from tests.support.realcluster import RealChain
 from tests.support.wait import until
@@ -43,14 +41,8 @@ KUBELET_VERDICT_TIMEOUT = 180.0
 def test_a_frozen_containerd_is_rolled_back_while_kubelet_still_says_ready(
     realchain: RealChain,
 ) -> None:
-    realchain.healthy_node()  # not every node breaks: the controller-manager stays per-node
-    node = realchain.join()
-    mark = audit_mark(realchain.api)
-    try:
+    with broken_node(realchain) as (node, mark):
         _frozen_runtime(realchain, node, mark)
-    finally:
-        node.containerd.thaw()
-        realchain.leave(node)  # broken: never reused
 
 
 def _ready(realchain: RealChain, name: str) -> str | None:
@@ -74,10 +66,7 @@ def _frozen_runtime(realchain: RealChain, node: RealNode, mark: int) -> None:
     name = node.name
     sel = f'node="{name}"'
     with namespace(api) as ns:
-        pods = []
-        for i in range(2):
-            create_pod(api, ns, pod(f"app-{i}", node))
-            pods.append(wait_phase(api, ns, f"app-{i}", "Running"))
+        pods = running_pods(api, ns, node)
 
         fault = time.time()
         node.containerd.freeze()
@@ -86,14 +75,7 @@ def _frozen_runtime(realchain: RealChain, node: RealNode, mark: int) -> None:
             lambda: value(realchain, f"nodesync_cri_up{{{sel}}}") == 0, timeout=60, what="cri_up 0"
         )
         cri_down_at = time.time()
-        until(
-            lambda: realchain.prom.query(
-                f'ALERTS{{alertname="{ALERT}",{sel},alertstate="firing"}}'
-            ),
-            timeout=90,
-            what="the shipped rule to fire",
-        )
-        alert_at = time.time()
+        alert_at = wait_firing(realchain, ALERT, sel)
         at_first_step: list[tuple[str | None, float | None]] = []
 
         def first_step() -> None:
@@ -110,13 +92,7 @@ def _frozen_runtime(realchain: RealChain, node: RealNode, mark: int) -> None:
         status = rollback["status"]
         assert status["phase"] == "Succeeded", status
         done = steps(rollback)
-        assert [s for s, step in done.items() if step["state"] == "done"] == [
-            "cordon",
-            "taint",
-            "drain",
-            "verify",
-            "delete_node",
-        ], done
+        assert done_steps(rollback) == DONE_WITHOUT_CLEANUP, done
         assert done["cleanup_runtime"]["state"] == "skipped", done
         assert done["cleanup_runtime"]["reason"] == "runtime_unavailable", done
         api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
@@ -138,14 +114,10 @@ def _frozen_runtime(realchain: RealChain, node: RealNode, mark: int) -> None:
         )
 
         # Every effect exactly once, nothing refused; each step's Event once on the Node.
-        events = product_events(api, mark)
-        assert refused(events) == []
-        effects = controller_effects(api, events, name)
+        _, effects = audited_effects(api, mark, name)
         assert effects[("delete", "nodes", None)] == 1, effects
         assert effects[("create", "pods", "eviction")] == 2, effects
-        reasons = [e["reason"] for e in events_about(realchain, "Node", name)]
-        for reason in NODESYNC_EVENTS:
-            assert reasons.count(reason) == 1, (reason, reasons)
+        node_rollback_events(realchain, name)
 
         # containerd resumed: the kubelet, which still runs, stops the evicted pods and
         # confirms their deletion.

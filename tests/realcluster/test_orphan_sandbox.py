@@ -26,15 +26,16 @@ from exporter.cri.pb import api_pb2, api_pb2_grpc
 from nodesync_sim.real.node import RealNode
 from nodesync_sim.real.runtime_pods import ContainerSpec, run_pod
 from tests.realcluster.helpers import (
+    CLEANED_UP,
     SLEEP,
     audit_mark,
-    described_events,
+    audited_effects,
     follow_rollback,
-    kubectl,
-    product_events,
-    refused,
+    in_service,
+    nodesync_on_node,
     steps,
     value,
+    wait_firing,
 )
 from tests.support.containerd import Release
 from tests.support.realcluster import RealChain
@@ -93,12 +94,7 @@ def _orphan(realchain: RealChain, node: RealNode) -> None:
         what="the agent to report the orphan sandbox",
     )
     drift_at = time.time()
-    until(
-        lambda: realchain.prom.query(f'ALERTS{{alertname="{ALERT}",{sel},alertstate="firing"}}'),
-        timeout=90,
-        what="the shipped rule to fire",
-    )
-    alert_at = time.time()
+    alert_at = wait_firing(realchain, ALERT, sel)
     # kubelet's housekeeping stops a running pod it does not want, but its garbage collection
     # has not removed the sandbox: the runtime still holds it.
     held = _sandbox_state(node.cri_endpoint, orphan.sandbox_id)
@@ -123,21 +119,7 @@ def _orphan(realchain: RealChain, node: RealNode) -> None:
     )
 
     # One cleanup request, nothing refused, the node left in service.
-    events = product_events(api, mark)
-    assert refused(events) == []
-    writes = [
-        (e["user"]["username"].rsplit(":", 1)[-1], e["verb"], e["objectRef"].get("resource"))
-        for e in events
-        if e["verb"] in ("create", "update", "patch", "delete")
-        and e["objectRef"].get("resource") in ("nodes", "pods")
-        and 200 <= e["responseStatus"]["code"] < 300
-    ]
-    assert ("nodesync-controller", "patch", "nodes") in writes, writes
-    assert not [w for w in writes if w[1] == "delete" or w[2] == "pods"], writes
-    found = api.ok("GET", f"/api/v1/nodes/{name}")
-    assert not found["spec"].get("unschedulable")
-    assert not [t for t in found["spec"].get("taints", ()) if "nodesync" in t["key"]]
-    shown = [r for _, r in described_events(kubectl(realchain, "describe", "node", name))]
-    for reason in ("NodesyncRollback", "NodesyncCleanupRuntime", "NodesyncVerify"):
-        assert shown.count(reason) == 1, (reason, shown)
-    assert "NodesyncCordon" not in shown, shown
+    _, effects = audited_effects(api, mark, name)
+    assert effects == {("patch", "nodes", None): 1}, effects  # the cleanup request
+    in_service(api, name)
+    assert nodesync_on_node(realchain, name) == CLEANED_UP

@@ -21,20 +21,20 @@ from nodesync_sim.real.containerd import IMAGE_REF
 from nodesync_sim.real.kube_apiserver import CONTROLLER, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
-    NODESYNC_EVENTS,
+    DONE_WITHOUT_CLEANUP,
     SLEEP,
-    audit_mark,
-    controller_effects,
+    audited_effects,
+    broken_node,
     create_pod,
-    events_about,
+    done_steps,
     follow_rollback,
     get_pod,
     namespace,
+    node_rollback_events,
     pod,
-    product_events,
-    refused,
     steps,
     value,
+    wait_firing,
     wait_phase,
 )
 from tests.support.realcluster import RealChain
@@ -53,14 +53,9 @@ DISRUPTION_CONTROLLER = "system:serviceaccount:kube-system:disruption-controller
 def test_a_budget_holds_the_drain_until_the_replacement_is_ready_elsewhere(
     realchain: RealChain,
 ) -> None:
-    healthy = realchain.healthy_node()  # where the replacements run
-    node = realchain.join()
-    mark = audit_mark(realchain.api)
-    try:
-        _budgeted_drain(realchain, node, healthy.name, mark)
-    finally:
-        node.containerd.thaw()
-        realchain.leave(node)  # broken: never reused
+    with broken_node(realchain) as (node, mark):
+        # The replacements run on the kept healthy node.
+        _budgeted_drain(realchain, node, realchain.healthy_node().name, mark)
 
 
 def _ready_since(found: dict[str, Any] | None) -> float | None:
@@ -197,25 +192,12 @@ def _with_budget(
         timeout=60,
         what="cri_up 0",
     )
-    until(
-        lambda: realchain.prom.query(
-            f'ALERTS{{alertname="{ALERT}",node="{name}",alertstate="firing"}}'
-        ),
-        timeout=90,
-        what="the shipped rule to fire",
-    )
-    alert_at = time.time()
+    alert_at = wait_firing(realchain, ALERT, f'node="{name}"')
     rollback, _, done_at = follow_rollback(api, name, 180)
     status = rollback["status"]
     assert status["phase"] == "Succeeded", status
     done = steps(rollback)
-    assert [s for s, step in done.items() if step["state"] == "done"] == [
-        "cordon",
-        "taint",
-        "drain",
-        "verify",
-        "delete_node",
-    ], done
+    assert done_steps(rollback) == DONE_WITHOUT_CLEANUP, done
     assert done["cleanup_runtime"]["reason"] == "runtime_unavailable", done
     api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
 
@@ -234,8 +216,7 @@ def _with_budget(
     first_ready = min(_ready_since(p) or 0.0 for p in made)
 
     # The audit log: evictions 201, 429 (the budget), 201 once the replacement was Ready.
-    events = product_events(api, mark)
-    assert refused(events) == []
+    events, effects = audited_effects(api, mark, name)
     evictions = _evictions(api, events)
     allowed = [(p, at) for p, code, at in evictions if 200 <= code < 300]
     refusals = [(p, at) for p, code, at in evictions if code == 429]
@@ -246,7 +227,6 @@ def _with_budget(
     assert {p for p, _ in refusals} == {second}, evictions
     assert all(first_at < at < second_at for _, at in refusals), evictions
     assert first_ready <= second_at, (first_ready, second_at)
-    effects = controller_effects(api, events, name)
     assert effects[("create", "pods", "eviction")] == REPLICAS, effects
     assert effects[("delete", "nodes", None)] == 1, effects
     assert effects[("delete", "pods", None)] == 0, effects  # nothing forced
@@ -269,9 +249,7 @@ def _with_budget(
         and e["verb"] in ("update", "patch")
     }
     assert status_writers == {DISRUPTION_CONTROLLER, "system:apiserver"}, status_writers
-    reasons = [e["reason"] for e in events_about(realchain, "Node", name)]
-    for reason in NODESYNC_EVENTS:
-        assert reasons.count(reason) == 1, (reason, reasons)
+    reasons = [e["reason"] for e in node_rollback_events(realchain, name)]
     assert "NodesyncActionRequired" not in reasons, reasons
     # The timeline, from the rollback's own record and the audit log.
     triggers = ", ".join(

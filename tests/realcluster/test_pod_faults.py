@@ -11,19 +11,16 @@ from typing import Any
 
 import pytest
 
-from nodesync_sim.real.cluster import condition
 from tests.realcluster.helpers import (
     audit_mark,
-    controller_effects,
+    audited_effects,
     create_pod,
-    described_events,
-    events_about,
+    eviction_events,
     get_pod,
-    kubectl,
+    in_service,
     namespace,
+    nodesync_on_node,
     pod,
-    product_events,
-    refused,
     rollbacks_of,
     steps,
 )
@@ -152,26 +149,14 @@ def test_crash_looping_and_oom_killed_pods_are_evicted_and_the_node_stays(
                 }, rollback["status"]
 
             # Every effect exactly once, nothing refused, the node left alone.
-            events = product_events(api, mark)
-            assert refused(events) == []
-            effects = controller_effects(api, events, name)
+            _, effects = audited_effects(api, mark, name)
             assert effects == {("create", "pods", "eviction"): len(CASES)}, effects
-            found = api.ok("GET", f"/api/v1/nodes/{name}")
-            assert condition(found, "Ready")["status"] == "True"
-            assert not found["spec"].get("unschedulable")
-            assert not [t for t in found["spec"].get("taints", ()) if "nodesync" in t["key"]]
+            in_service(api, name)
             # No Event of nodesync on the Node: each decision (NodesyncRollback) and eviction
             # (NodesyncEvictPod) is on its Pod, once, beside kubelet's BackOff.
-            shown = described_events(kubectl(realchain, "describe", "node", name))
-            assert [r for _, r in shown if r.startswith("Nodesync")] == [], shown
+            assert nodesync_on_node(realchain, name) == {}
             for case in CASES:
-                reasons = [
-                    e["reason"]
-                    for e in events_about(realchain, "Pod", case.name)
-                    if e["involvedObject"].get("namespace") == ns
-                ]
-                assert reasons.count("NodesyncRollback") == 1, (case.name, reasons)
-                assert reasons.count("NodesyncEvictPod") == 1, (case.name, reasons)
+                reasons = eviction_events(realchain, ns, case.name)
                 assert "BackOff" in reasons, (case.name, reasons)
     finally:
         # Not kept for the next test: the evicted pods' stopped sandboxes are drift the agent

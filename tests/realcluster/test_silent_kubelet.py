@@ -14,6 +14,8 @@ and no agent removes them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -24,21 +26,19 @@ from nodesync_sim.real.cluster import condition
 from nodesync_sim.real.kube_apiserver import AGENT, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
-    NODESYNC_EVENTS,
-    audit_mark,
+    DONE_WITHOUT_CLEANUP,
+    audited_effects,
+    broken_node,
     containers_of,
-    controller_effects,
-    create_pod,
-    events_about,
+    done_steps,
     follow_rollback,
     namespace,
-    pod,
-    product_events,
-    refused,
+    node_rollback_events,
     rollbacks_of,
+    running_pods,
     steps,
     value,
-    wait_phase,
+    wait_firing,
 )
 from tests.support.realcluster import RealChain
 from tests.support.wait import until
@@ -51,53 +51,49 @@ UNREACHABLE = "node.kubernetes.io/unreachable"
 def test_a_silent_kubelet_is_rolled_back_and_its_pods_containers_removed(
     realchain: RealChain,
 ) -> None:
+    with broken_node(realchain) as (node, mark), _two_pods(realchain, node) as uids:
+        _silent_kubelet(realchain, node, mark, uids)
+
+
+@contextmanager
+def _two_pods(realchain: RealChain, node: RealNode) -> Iterator[set[str]]:
+    """Two pods Running on ``node`` (their containers there), in a namespace of their own;
+    their uids."""
     api = realchain.api
-    realchain.healthy_node()  # not every node breaks: the controller-manager stays per-node
-    node = realchain.join()
-    mark = audit_mark(api)
-    try:
-        _silent_kubelet(realchain, node, mark)
-    finally:
-        realchain.leave(node)  # broken: never reused
+    with namespace(api) as ns:
+        uids = {p["metadata"]["uid"] for p in running_pods(api, ns, node)}
+        assert len(containers_of(node.cri_endpoint, uids)) == 2
+        yield uids
 
 
-def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int) -> None:
+def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int, uids: set[str]) -> None:
     api = realchain.api
     name = node.name
-    with namespace(api) as ns:
-        pods = []
-        for i in range(2):
-            create_pod(api, ns, pod(f"app-{i}", node))
-            pods.append(wait_phase(api, ns, f"app-{i}", "Running"))
-        uids = {p["metadata"]["uid"] for p in pods}
-        first_uid = api.ok("GET", f"/api/v1/nodes/{name}")["metadata"]["uid"]
-        assert len(containers_of(node.cri_endpoint, uids)) == 2
+    first_uid = api.ok("GET", f"/api/v1/nodes/{name}")["metadata"]["uid"]
 
-        fault = time.time()
-        node.freeze_kubelet()
-        _until_alert(realchain, name, fault, "silent kubelet")
+    fault = time.time()
+    node.freeze_kubelet()
+    _until_alert(realchain, name, fault, "silent kubelet")
 
-        rollback, first_step_at, done_at = follow_rollback(api, name, 180)
-        print(
-            f"first step +{first_step_at - fault:.0f} s, rollback "
-            f"{rollback['status']['phase']} +{done_at - fault:.0f} s"
-        )
-        assert rollback["status"]["phase"] == "Succeeded", rollback["status"]
-        # The correct outcome: nothing of the evicted pods runs on the node when it ends.
-        assert containers_of(node.cri_endpoint, uids) == [], "containers left"
-        api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
+    rollback, first_step_at, done_at = follow_rollback(api, name, 180)
+    print(
+        f"first step +{first_step_at - fault:.0f} s, rollback "
+        f"{rollback['status']['phase']} +{done_at - fault:.0f} s"
+    )
+    assert rollback["status"]["phase"] == "Succeeded", rollback["status"]
+    # The correct outcome: nothing of the evicted pods runs on the node when it ends.
+    assert containers_of(node.cri_endpoint, uids) == [], "containers left"
+    api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
 
-        # Every effect exactly once, nothing refused.
-        events = product_events(api, mark)
-        assert refused(events) == []
-        effects = controller_effects(api, events, name)
-        assert effects[("delete", "nodes", None)] == 1, effects
-        assert effects[("create", "pods", "eviction")] == 2, effects
+    # Every effect exactly once, nothing refused.
+    _, effects = audited_effects(api, mark, name)
+    assert effects[("delete", "nodes", None)] == 1, effects
+    assert effects[("create", "pods", "eviction")] == 2, effects
 
-        # The kubelet, resumed and restarted, registers a new Node.
-        node.restart_kubelet()
-        again = realchain.cluster.wait_ready(name, timeout=120)
-        assert again["metadata"]["uid"] != first_uid
+    # The kubelet, resumed and restarted, registers a new Node.
+    node.restart_kubelet()
+    again = realchain.cluster.wait_ready(name, timeout=120)
+    assert again["metadata"]["uid"] != first_uid
 
 
 def _until_alert(realchain: RealChain, name: str, fault: float, what: str) -> None:
@@ -119,14 +115,7 @@ def _until_alert(realchain: RealChain, name: str, fault: float, what: str) -> No
         what="the unreachable taint",
     )
     tainted_at = time.time()
-    until(
-        lambda: realchain.prom.query(
-            f'ALERTS{{alertname="NodesyncNewNodeNotReady",node="{name}",alertstate="firing"}}'
-        ),
-        timeout=90,
-        what="the shipped rule to fire",
-    )
-    alert_at = time.time()
+    alert_at = wait_firing(realchain, "NodesyncNewNodeNotReady", f'node="{name}"')
     print(
         f"{what} {name}: Unknown +{unknown_at - fault:.0f} s, unreachable taint "
         f"+{tainted_at - fault:.0f} s, alert +{alert_at - fault:.0f} s"
@@ -150,116 +139,93 @@ ACK_TIMEOUT = 60.0
 def test_a_silent_kubelet_with_its_agent_dead_is_rolled_back_without_the_cleanup(
     realchain: RealChain,
 ) -> None:
-    api = realchain.api
-    realchain.healthy_node()  # not every node breaks: the controller-manager stays per-node
-    node = realchain.join()
-    mark = audit_mark(api)
-    try:
-        _agent_dead_too(realchain, node, mark)
-    finally:
-        realchain.leave(node)  # broken: never reused
+    with broken_node(realchain) as (node, mark), _two_pods(realchain, node) as uids:
+        _agent_dead_too(realchain, node, mark, uids)
 
 
-def _agent_dead_too(realchain: RealChain, node: RealNode, mark: int) -> None:
+def _agent_dead_too(realchain: RealChain, node: RealNode, mark: int, uids: set[str]) -> None:
     api = realchain.api
     name = node.name
-    with namespace(api) as ns:
-        pods = []
-        for i in range(2):
-            create_pod(api, ns, pod(f"app-{i}", node))
-            pods.append(wait_phase(api, ns, f"app-{i}", "Running"))
-        uids = {p["metadata"]["uid"] for p in pods}
-        assert len(containers_of(node.cri_endpoint, uids)) == 2
-        skipped_before = value(realchain, SKIPPED_CLEANUPS) or 0.0
+    skipped_before = value(realchain, SKIPPED_CLEANUPS) or 0.0
 
-        fault = time.time()
-        agent = realchain.agents[name].process
-        agent.kill()  # by its PID (SIGKILL): it answers nothing from now on
-        assert not agent.running
-        node.freeze_kubelet()
-        _until_alert(realchain, name, fault, "silent kubelet, agent dead")
+    fault = time.time()
+    agent = realchain.agents[name].process
+    agent.kill()  # by its PID (SIGKILL): it answers nothing from now on
+    assert not agent.running
+    node.freeze_kubelet()
+    _until_alert(realchain, name, fault, "silent kubelet, agent dead")
 
-        # The cleanup asks, and nobody answers: the rollback waits for the agent.
-        waiting = until(
-            lambda: _waiting_for_agent(api, name),
-            timeout=120,
-            interval=0.5,
-            what="the rollback to wait for the agent to take up its cleanup",
-        )
-        waiting_at = time.time()
-        annotations = (realchain.cluster.node_object(name) or {})["metadata"]["annotations"]
-        assert annotations.get(CLEANUP_REQUEST_ANNOTATION) == waiting["metadata"]["uid"]
-        assert CLEANUP_STATUS_ANNOTATION not in annotations, annotations
-        until(
-            lambda: (value(realchain, WAITING_FOR_AGENT) or 0) >= 1,
-            timeout=30,
-            interval=0.5,
-            what="nodesync_rollbacks_by_reason to count the wait",
-        )
+    # The cleanup asks, and nobody answers: the rollback waits for the agent.
+    waiting = until(
+        lambda: _waiting_for_agent(api, name),
+        timeout=120,
+        interval=0.5,
+        what="the rollback to wait for the agent to take up its cleanup",
+    )
+    waiting_at = time.time()
+    annotations = (realchain.cluster.node_object(name) or {})["metadata"]["annotations"]
+    assert annotations.get(CLEANUP_REQUEST_ANNOTATION) == waiting["metadata"]["uid"]
+    assert CLEANUP_STATUS_ANNOTATION not in annotations, annotations
+    until(
+        lambda: (value(realchain, WAITING_FOR_AGENT) or 0) >= 1,
+        timeout=30,
+        interval=0.5,
+        what="nodesync_rollbacks_by_reason to count the wait",
+    )
 
-        rollback, _, done_at = follow_rollback(api, name, 240)
-        assert rollback["metadata"]["uid"] == waiting["metadata"]["uid"]
-        status = rollback["status"]
-        done = steps(rollback)
-        cleanup = done["cleanup_runtime"]
-        requested, gave_up = _at(cleanup, "startedAt"), _at(cleanup, "finishedAt")
-        print(
-            f"cordon +{_at(done['cordon'], 'startedAt') - fault:.0f} s, cleanup requested "
-            f"+{requested - fault:.0f} s (seen waiting +{waiting_at - fault:.0f} s), skipped "
-            f"+{gave_up - fault:.0f} s, Node deleted "
-            f"+{_at(done['delete_node'], 'finishedAt') - fault:.0f} s, rollback "
-            f"{status['phase']} (seen +{done_at - fault:.0f} s)"
-        )
-        assert status["phase"] == "Succeeded", status
-        assert [s for s, step in done.items() if step["state"] == "done"] == [
-            "cordon",
-            "taint",
-            "drain",
-            "verify",
-            "delete_node",
-        ], done
-        # The status says the cleanup was skipped, why, and after how long.
-        assert cleanup["state"] == "skipped", cleanup
-        assert cleanup["reason"] == "agent_unreachable", cleanup
-        assert "is unreachable (no fresh Lease)" in cleanup["message"], cleanup
-        request = rollback["metadata"]["uid"]
-        assert f"did not take up cleanup {request} within 60 s" in cleanup["message"], cleanup
-        assert gave_up - requested >= ACK_TIMEOUT, cleanup
-        assert "not cleaned up (agent_unreachable)" in done["verify"]["message"], done["verify"]
-        assert "actionRequired" not in status, status  # the Node is deleted: nothing left
-        api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
-        until(
-            lambda: value(realchain, SKIPPED_CLEANUPS) == skipped_before + 1,
-            timeout=30,
-            interval=0.5,
-            what="nodesync_actions_total to count the skipped cleanup",
-        )
+    rollback, _, done_at = follow_rollback(api, name, 240)
+    assert rollback["metadata"]["uid"] == waiting["metadata"]["uid"]
+    status = rollback["status"]
+    done = steps(rollback)
+    cleanup = done["cleanup_runtime"]
+    requested, gave_up = _at(cleanup, "startedAt"), _at(cleanup, "finishedAt")
+    print(
+        f"cordon +{_at(done['cordon'], 'startedAt') - fault:.0f} s, cleanup requested "
+        f"+{requested - fault:.0f} s (seen waiting +{waiting_at - fault:.0f} s), skipped "
+        f"+{gave_up - fault:.0f} s, Node deleted "
+        f"+{_at(done['delete_node'], 'finishedAt') - fault:.0f} s, rollback "
+        f"{status['phase']} (seen +{done_at - fault:.0f} s)"
+    )
+    assert status["phase"] == "Succeeded", status
+    assert done_steps(rollback) == DONE_WITHOUT_CLEANUP, done
+    # The status says the cleanup was skipped, why, and after how long.
+    assert cleanup["state"] == "skipped", cleanup
+    assert cleanup["reason"] == "agent_unreachable", cleanup
+    assert "is unreachable (no fresh Lease)" in cleanup["message"], cleanup
+    request = rollback["metadata"]["uid"]
+    assert f"did not take up cleanup {request} within 60 s" in cleanup["message"], cleanup
+    assert gave_up - requested >= ACK_TIMEOUT, cleanup
+    assert "not cleaned up (agent_unreachable)" in done["verify"]["message"], done["verify"]
+    assert "actionRequired" not in status, status  # the Node is deleted: nothing left
+    api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
+    until(
+        lambda: value(realchain, SKIPPED_CLEANUPS) == skipped_before + 1,
+        timeout=30,
+        interval=0.5,
+        what="nodesync_actions_total to count the skipped cleanup",
+    )
 
-        # Nobody removed the evicted pods' containers: the kubelet that would stop them is
-        # silent and the agent that would remove them is dead. They go with the machine.
-        assert len(containers_of(node.cri_endpoint, uids)) == 2
+    # Nobody removed the evicted pods' containers: the kubelet that would stop them is
+    # silent and the agent that would remove them is dead. They go with the machine.
+    assert len(containers_of(node.cri_endpoint, uids)) == 2
 
-        # Every effect exactly once, nothing refused, no write by the dead agent; each step's
-        # Event once on the Node, the cleanup's as skipped.
-        events = product_events(api, mark)
-        assert refused(events) == []
-        agent_user = api.identities[AGENT].user
-        assert [e["requestURI"] for e in events if e["user"]["username"] == agent_user
-                and e["verb"] not in ("get", "list", "watch")] == []  # fmt: skip
-        effects = controller_effects(api, events, name)
-        # cordon, taint, the cleanup request; each pod's eviction; the Node's deletion.
-        assert effects == {
-            ("patch", "nodes", None): 3,
-            ("create", "pods", "eviction"): 2,
-            ("delete", "nodes", None): 1,
-        }, effects
-        about_node = events_about(realchain, "Node", name)
-        reasons = [e["reason"] for e in about_node]
-        for reason in NODESYNC_EVENTS:
-            assert reasons.count(reason) == 1, (reason, reasons)
-        assert "NodesyncActionRequired" not in reasons, reasons
-        [skipped] = [e for e in about_node if e["reason"] == "NodesyncCleanupRuntimeSkipped"]
-        assert "did not take up cleanup" in skipped["message"], skipped
+    # Every effect exactly once, nothing refused, no write by the dead agent; each step's
+    # Event once on the Node, the cleanup's as skipped.
+    events, effects = audited_effects(api, mark, name)
+    agent_user = api.identities[AGENT].user
+    assert [e["requestURI"] for e in events if e["user"]["username"] == agent_user
+            and e["verb"] not in ("get", "list", "watch")] == []  # fmt: skip
+    # cordon, taint, the cleanup request; each pod's eviction; the Node's deletion.
+    assert effects == {
+        ("patch", "nodes", None): 3,
+        ("create", "pods", "eviction"): 2,
+        ("delete", "nodes", None): 1,
+    }, effects
+    about_node = node_rollback_events(realchain, name)
+    reasons = [e["reason"] for e in about_node]
+    assert "NodesyncActionRequired" not in reasons, reasons
+    [skipped] = [e for e in about_node if e["reason"] == "NodesyncCleanupRuntimeSkipped"]
+    assert "did not take up cleanup" in skipped["message"], skipped
 
 
 def _waiting_for_agent(api: LocalKubeAPIServer, name: str) -> dict[str, Any] | None:
