@@ -112,9 +112,9 @@ def import_image(node: RealNode, archive: Path, names: tuple[str, ...]) -> None:
             _run([*ctr, "tag", "--force", imported[0], name])
 
 
-def _run(argv: list[str], **kwargs: Any) -> str:
+def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT, **kwargs: Any) -> str:
     result = subprocess.run(
-        argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False, **kwargs
+        argv, capture_output=True, text=True, timeout=timeout, check=False, **kwargs
     )
     assert result.returncode == 0, f"{argv}: {result.stderr}{result.stdout}"
     return result.stdout
@@ -135,9 +135,10 @@ class Installer:
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         return _run(["kubectl", *args], env=self.env, input=stdin)
 
-    def shell(self, script: str, cwd: Path) -> str:
-        """A block of the doc, as a user pastes it into bash (stops at the first failure)."""
-        return _run(["bash", "-euo", "pipefail", "-c", script], env=self.env, cwd=cwd)
+    def shell(self, script: str, cwd: Path, timeout: float = COMMAND_TIMEOUT) -> str:
+        """A block of the doc, as a user pastes it into bash (stops at the first failure);
+        ``timeout`` bounds it (a user's ``rollout status`` waits as long as it takes)."""
+        return _run(["bash", "-euo", "pipefail", "-c", script], timeout, env=self.env, cwd=cwd)
 
     def apply(self, *objects: Mapping[str, Any]) -> None:
         for obj in objects:
