@@ -31,9 +31,15 @@ pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(420)]
 
 CRASH_LOOPING = "NodesyncNewNodePodCrashLooping"
 OOM_LOOPING = "NodesyncNewNodeContainerOOMLooping"
-#: 200 MB held by tail under a 32 MiB limit; the pause lets containerd's shim watch the cgroup
-#: for OOM kills first (runtime_pods.mixed_pod_specs says why).
-HOG = "sleep 0.5; head -c 200m /dev/zero | tail"
+#: One process that asks for 200 MB under a 32 MiB limit: dd's buffer, filled from /dev/zero. It
+#: is the only process of the container that allocates, so every OOM of the cgroup is its own and
+#: it holds nearly all the memory: the OOM killer takes it and no other. (With `head | tail`,
+#: head's next pipe buffer could find the cgroup still full while the killed tail was freeing
+#: its pages, and that second OOM kill took the shell, the bigger of the two left: 18 runs in 300
+#: in a bare 32 MiB memory cgroup ended 137 instead of 0; with dd, 0 in 500.) The pause before it
+#: lets containerd's shim watch the cgroup for OOM kills first (runtime_pods.mixed_pod_specs says
+#: why).
+HOG = "dd if=/dev/zero of=/dev/null bs=200M"
 LIMITS = {"limits": {"memory": "32Mi"}}
 
 
@@ -51,9 +57,10 @@ class Case:
 
 CASES = (
     Case("crash", "exit 3", CRASH_LOOPING, 3, "Error"),
-    Case("oom", HOG, OOM_LOOPING, 137, "OOMKilled"),
-    # The OOM killer takes the biggest process, tail: the shell goes on and exits 0.
-    Case("oom-child", f"{HOG}; exit 0", OOM_LOOPING, 0, "OOMKilled"),
+    # The shell becomes dd: the container's one process is killed.
+    Case("oom", f"sleep 0.5; exec {HOG}", OOM_LOOPING, 137, "OOMKilled"),
+    # The shell waits for dd and allocates nothing meanwhile: dd is killed, the shell exits 0.
+    Case("oom-child", f"sleep 0.5; {HOG}; exit 0", OOM_LOOPING, 0, "OOMKilled"),
 )
 
 
