@@ -25,13 +25,13 @@ from tests.support.realcluster import RealChain
 from tests.support.wait import until
 
 SLEEP = ["/bin/sleep", "inf"]
-#: The Events a node rollback writes on the Node, one per step.
+#: The Events a node rollback writes on the Node: its decision and one per step but the runtime
+#: cleanup, whose Event says whether the agent cleaned up (node_rollback_events takes which).
 NODESYNC_EVENTS = (
     "NodesyncRollback",
     "NodesyncCordon",
     "NodesyncTaint",
     "NodesyncDrain",
-    "NodesyncCleanupRuntimeSkipped",
     "NodesyncVerify",
     "NodesyncDeleteNode",
 )
@@ -239,12 +239,15 @@ def nodesync_on_node(chain: RealChain, name: str) -> Counter[str]:
     return Counter(reason for _, reason in shown if reason.startswith("Nodesync"))
 
 
-def node_rollback_events(chain: RealChain, name: str) -> list[dict[str, Any]]:
-    """The Events about Node ``name``, asserting that each step of a node rollback
-    (:data:`NODESYNC_EVENTS`) is among them once."""
+def node_rollback_events(
+    chain: RealChain, name: str, cleanup: str = "NodesyncCleanupRuntimeSkipped"
+) -> list[dict[str, Any]]:
+    """The Events about Node ``name``, asserting that the decision and each step of a node
+    rollback (:data:`NODESYNC_EVENTS`, and ``cleanup`` for the runtime cleanup) are among them
+    once."""
     about = events_about(chain, "Node", name)
     reasons = [e["reason"] for e in about]
-    for reason in NODESYNC_EVENTS:
+    for reason in (*NODESYNC_EVENTS, cleanup):
         assert reasons.count(reason) == 1, (reason, reasons)
     return about
 

@@ -14,6 +14,7 @@ and no agent removes them."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +28,7 @@ from nodesync_sim.real.kube_apiserver import AGENT, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
     DONE_WITHOUT_CLEANUP,
+    NODESYNC_EVENTS,
     audited_effects,
     broken_node,
     containers_of,
@@ -46,6 +48,8 @@ from tests.support.wait import until
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(480)]
 
 UNREACHABLE = "node.kubernetes.io/unreachable"
+#: The runtime cleanup's Event when the agent removed what was left.
+CLEANED_UP_RUNTIME = "NodesyncCleanupRuntime"
 
 
 def test_a_silent_kubelet_is_rolled_back_and_its_pods_containers_removed(
@@ -85,10 +89,14 @@ def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int, uids: set[s
     assert containers_of(node.cri_endpoint, uids) == [], "containers left"
     api.wait_gone(f"/api/v1/nodes/{name}", timeout=60)
 
-    # Every effect exactly once, nothing refused.
+    # Every effect exactly once, nothing refused; on the Node, as kubectl lists its Events, the
+    # decision and each step's Event once, the cleanup's as done, and no other of nodesync.
     _, effects = audited_effects(api, mark, name)
     assert effects[("delete", "nodes", None)] == 1, effects
     assert effects[("create", "pods", "eviction")] == 2, effects
+    about_node = node_rollback_events(realchain, name, cleanup=CLEANED_UP_RUNTIME)
+    nodesync = Counter(e["reason"] for e in about_node if e["reason"].startswith("Nodesync"))
+    assert nodesync == Counter((*NODESYNC_EVENTS, CLEANED_UP_RUNTIME)), nodesync
 
     # The kubelet, resumed and restarted, registers a new Node.
     node.restart_kubelet()
