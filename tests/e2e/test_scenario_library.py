@@ -4,13 +4,18 @@ its first steps within the scenario's deadline, its pause as expected.
 
 The scenarios run at the same time, each through its own chain (its own API server,
 Prometheus, Alertmanager, simulator, agent and controller, on ports and with registries of its
-own): a scenario mostly waits for its timeline, so side by side they take the time of the
-longest instead of the sum, and each is still watched for all of its ``expect.run_seconds``.
+own) in a process of its own: a scenario mostly waits for its timeline, so side by side they take
+the time of the longest instead of the sum, and each is still watched for all of its
+``expect.run_seconds``. A chain's in-process parts (the API server, the simulator, the
+controller) run in one event loop, so one process per chain lets them use every core instead
+of sharing one thread: six chains in one loop fell behind their timelines on a busy machine.
 One test per scenario reads its outcome."""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
@@ -36,21 +41,33 @@ FAST = [
 ]
 
 
-async def _run_all() -> dict[str, Outcome | BaseException]:
-    results = await asyncio.gather(
-        *(run_scenario(scenario(name)) for name in FAST), return_exceptions=True
-    )
-    return dict(zip(FAST, results, strict=True))
+def _run_one(name: str) -> Outcome:
+    """One scenario in a process of its own (run by the pool; a module-level function so that
+    a spawned process can import it)."""
+    return asyncio.run(run_scenario(scenario(name)))
+
+
+def _run_all() -> dict[str, Outcome | BaseException]:
+    # spawn, not fork: the test process has threads, and a forked child would inherit their locks
+    context = multiprocessing.get_context("spawn")
+    results: dict[str, Outcome | BaseException] = {}
+    with ProcessPoolExecutor(max_workers=len(FAST), mp_context=context) as pool:
+        futures = {name: pool.submit(_run_one, name) for name in FAST}
+        for name, future in futures.items():
+            try:
+                results[name] = future.result()
+            except Exception as exc:  # the test of that scenario raises it
+                results[name] = exc
+    return results
 
 
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, Outcome | BaseException]:
-    """Every scenario of FAST, run side by side in one event loop (the chains' in-process parts
-    share it as the library's command shares it with one chain)."""
+    """Every scenario of FAST, run side by side, each in a process of its own."""
     missing = missing_binaries()
     if missing:
         pytest.fail(f"the local chain needs these, missing: {', '.join(missing)}", pytrace=False)
-    return asyncio.run(_run_all())
+    return _run_all()
 
 
 @pytest.mark.timeout(150)
