@@ -14,6 +14,7 @@ Admin endpoints (outside the Kubernetes paths, token required):
   {"drop_watches": true}.
 - DELETE /_sim/faults: clear latency and failure rules.
 - GET /_sim/counters: request counts as a list of {verb, resource, code, count}.
+- POST /_sim/batch: many creates and merge patches in one request (see the batch module).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from aiohttp import web
 from nodesync_sim.fake.apiserver import errors
 from nodesync_sim.fake.apiserver.audit import AuditLog, AuditRecord
 from nodesync_sim.fake.apiserver.auth import Authorizer, TokenAuthenticator, allow_all
+from nodesync_sim.fake.apiserver.batch import handle_batch
 from nodesync_sim.fake.apiserver.counters import RequestCounters
 from nodesync_sim.fake.apiserver.discovery import VERSION_INFO
 from nodesync_sim.fake.apiserver.faults import Faults
@@ -250,6 +252,10 @@ async def _get_counters(request: web.Request) -> web.Response:
     return json_response(dumps(rows))
 
 
+async def _post_batch(request: web.Request) -> web.Response:
+    return await handle_batch(request, request.app[STORE], request.app[COUNTERS])
+
+
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     store, hub = app[STORE], app[HUB]
     hub.bind(asyncio.get_running_loop())
@@ -292,6 +298,7 @@ def create_app(
     app.router.add_post("/_sim/faults", _post_faults)
     app.router.add_delete("/_sim/faults", _delete_faults)
     app.router.add_get("/_sim/counters", _get_counters)
+    app.router.add_post("/_sim/batch", _post_batch)
     for prefix in ("/api", "/apis"):
         app.router.add_route("*", prefix, _api)
         app.router.add_route("*", prefix + "/{tail:.*}", _api)
