@@ -6,9 +6,10 @@ stage in its wave's histogram (``nodesync_wave_join_stage_duration_seconds``) on
 the stage reached after it started (exporter.model.joins: a controller that starts again does
 not observe again what the one before it did), so nodes registered before it have their join
 stages as node series and no histogram. With ``--joining N``, N more Nodes and their Leases
-are registered, Ready, once the controller is synced, as a scale-out would add them, and the
-benchmark waits until each stage they reach (``lease``, ``ready``, ``network_ready``,
-``gates_cleared``: no pod runs on them) shows in the histograms.
+are registered, Ready, once the controller is synced, as a scale-out would add them, with a
+workload pod each that kubelet reports Running, and the benchmark waits until each stage they
+reach (``lease``, ``ready``, ``network_ready``, ``gates_cleared``, ``pod_running``: every
+object the join SLIs read) shows in the histograms.
 
 They are registered in a later second than the one the controller was synced in: the API
 server's times have whole seconds, so a stage reached in the second the controller started
@@ -26,18 +27,25 @@ import aiohttp
 
 from bench.harness.apiserver import SimAPIServer
 from bench.harness.exposition import samples
-from bench.harness.objects import lease_body, lease_path, registered_node
+from bench.harness.objects import (
+    lease_body,
+    lease_path,
+    registered_node,
+    running_status,
+    workload_pod,
+)
 from bench.harness.pacing import bounded
 from exporter.kube.convert import timestamp
-from exporter.model.rfc3339 import format_micro_time
+from exporter.model.rfc3339 import format_micro_time, format_time
 
 HISTOGRAM = "nodesync_wave_join_stage_duration_seconds"
-#: The stages a Ready node without pods reaches.
-STAGES = ("lease", "ready", "network_ready", "gates_cleared")
+#: The stages a Ready node with a running workload pod reaches.
+STAGES = ("lease", "ready", "network_ready", "gates_cleared", "pod_running")
 
 
 async def register(api: SimAPIServer, names: Sequence[str], first_index: int) -> dict[str, float]:
-    """Nodes (Ready, registered now) and their Leases; the renew timestamps written."""
+    """Nodes (Ready, registered now), their Leases and a running workload pod on each; the
+    renew timestamps written."""
     now = time.time()
     nodes = await bounded(
         [
@@ -54,6 +62,13 @@ async def register(api: SimAPIServer, names: Sequence[str], first_index: int) ->
         value = timestamp(renew)
         assert value is not None, renew
         written[name] = value
+    for name in written:
+        pod = f"web-{name}"
+        await api.create("/api/v1/namespaces/default/pods", workload_pod(pod, name))
+        await api.merge_patch(
+            f"/api/v1/namespaces/default/pods/{pod}/status",
+            running_status(format_time(time.time())),
+        )
     return written
 
 

@@ -126,3 +126,49 @@ def registered_node(name: str, index: int, now: float) -> JSONObject:
             },
         },
     }
+
+
+def workload_pod(name: str, node: str) -> JSONObject:
+    """A ReplicaSet's pod bound to ``node``, as the scheduler leaves it (kubelet then reports
+    it Running: :func:`running_status`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"app": "web", "pod-template-hash": "7d4b9c8f6d"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web-7d4b9c8f6d",
+                    "uid": "00000000-0000-0000-0000-000000000001",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "web", "image": "registry.example/web:1.0"}],
+        },
+    }
+
+
+def running_status(started_at: str) -> JSONObject:
+    """The status kubelet writes once the pod's one container runs (a merge patch of it)."""
+    return {
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {
+                    "name": "web",
+                    "image": "registry.example/web:1.0",
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": started_at}},
+                }
+            ],
+        }
+    }
