@@ -18,13 +18,21 @@ selector (spec.nodeName) has real work to do. Measured:
 - **floor**: in the same run, once the agent is stopped, ``bench.agent_floor`` (a bare
   interpreter with grpcio, aiohttp and prometheus_client: the same calls to the same
   containerd as bytes, the default registry on /metrics, containerd's events followed), timed
-  and measured as the agent: 20 scrapes, RSS and peak, and again after the same wait.
+  and measured as the agent: 20 scrapes, RSS and peak, and again after the same wait;
+- for each of the two, once its memory is read: where its resident set is (/proc/<pid>/smaps:
+  anonymous and file-backed, threads, the mappings holding most), and its CPU seconds over
+  ``--cpu-periods`` sync periods on an idle runtime, no scrape meanwhile: the agent's against
+  the floor's, which makes the same relist calls bare at the same period;
+- with ``--tracemalloc``, the agent runs under bench.agent_traced and the run also gives what
+  of its memory Python allocated, and where (its RSS is then not the deployed agent's);
+  ``--env NAME=VALUE`` sets a variable for both the agent and the floor (MALLOC_ARENA_MAX=2).
 
 Run as root (containerd needs it) on a machine with containerd, runc and busybox-static
 (scripts/setup installs them):
 
     .venv/bin/python -m bench.agent_node_objects [--pods 110] [--other-pods 2000] [--rounds 10]
-        [--sync.period 10] [--stats.period 60]
+        [--sync-period 10] [--stats-period 60] [--cpu-periods 6] [--env NAME=VALUE]...
+        [--tracemalloc]
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import statistics
 import tempfile
 import time
@@ -46,10 +55,10 @@ from bench.harness.apiserver import JSONObject, SimAPIServer
 from bench.harness.exposition import sample_value, samples
 from bench.harness.objects import lease_body, lease_path, registered_node
 from bench.harness.pacing import bounded
-from bench.harness.processes import python_child, start_nodesync
+from bench.harness.processes import nodesync_child, python_child
 from bench.harness.readiness import time_until_ready
 from bench.harness.report import command, machine
-from bench.harness.samplers import peak_rss_bytes, rss_bytes
+from bench.harness.samplers import cpu_over, memory_map, peak_rss_bytes, rss_bytes
 from bench.harness.stats import percentile
 from exporter.agent.node_objects import NodeObjects
 from exporter.kube.api import KubeAPI
@@ -297,9 +306,12 @@ def start_agent(
     sync_period: float,
     stats_period: float,
     log: Path,
+    env: dict[str, str],
+    traced: Path | None = None,
 ) -> ChildProcess:
-    """A real ``nodesync agent`` with the API view, as deployed, on the private containerd."""
-    return start_nodesync(
+    """A real ``nodesync agent`` with the API view, as deployed, on the private containerd;
+    under bench.agent_traced, writing its allocations to ``traced``, when given."""
+    args = (
         "agent",
         "--node.name",
         NODE,
@@ -325,8 +337,26 @@ def start_agent(
         f"127.0.0.1:{port}",
         "--log.level",
         "warning",
-        log=log,
     )
+    child = (
+        nodesync_child(*args, log=log, env=env)
+        if traced is None
+        else python_child("bench.agent_traced", str(traced), *args, log=log, env=env)
+    )
+    child.start()
+    return child
+
+
+async def traced_allocations(pid: int, out: Path) -> Any:
+    """Ask the agent under bench.agent_traced for its allocations; what it wrote."""
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(await asyncio.to_thread(out.read_text))
+        except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or half
+            await asyncio.sleep(0.1)
+    raise RuntimeError("the traced agent wrote no allocations")
 
 
 async def time_full_agent(
@@ -335,10 +365,13 @@ async def time_full_agent(
     started: float,
     pods: int,
     sync_period: float,
+    cpu_periods: int,
     stats: bool = True,
+    traced: Path | None = None,
 ) -> dict[str, Any]:
     """From the agent's start until /metrics shows the API's pods and a drift of 0; 20
-    scrapes, RSS and peak; then, after the grace period and two more cycles, drift again."""
+    scrapes, RSS and peak; then, after the grace period and two more cycles, drift again,
+    where its memory is, and its CPU over ``cpu_periods`` sync periods."""
     pid = agent.pid
     assert pid is not None, "the agent exited"
     async with aiohttp.ClientSession() as http:
@@ -366,6 +399,9 @@ async def time_full_agent(
         still_healthy = healthy(body, pods, stats=stats)
         rss_end = rss_bytes(pid)
         peak_rss_end = peak_rss_bytes(pid)
+        memory = memory_map(pid)
+        allocations = None if traced is None else await traced_allocations(pid, traced)
+        cpu = await cpu_over(pid, cpu_periods * sync_period)
     ordered = sorted(scrapes)
     cycles = sample_value(body, b"nodesync_sync_duration_seconds_count") or 0
     cycle_seconds = sample_value(body, b"nodesync_sync_duration_seconds_sum") or 0
@@ -379,6 +415,11 @@ async def time_full_agent(
         "peak_rss_bytes": peak_rss,
         "rss_bytes_end": rss_end,  # after the grace period and two more cycles
         "peak_rss_bytes_end": peak_rss_end,
+        "memory_map": memory,
+        "tracemalloc": allocations,
+        "cpu_window_s": cpu_periods * sync_period,
+        "cpu_s": cpu,
+        "cpu_percent_of_a_core": cpu / (cpu_periods * sync_period) * 100,
         "drift_zero_after_grace": still_healthy,
         "sync_cycles": cycles,
         "sync_cycle_mean_ms": cycle_seconds / cycles * 1000 if cycles else None,
@@ -391,10 +432,10 @@ async def time_full_agent(
 
 
 async def time_floor(
-    floor: ChildProcess, base: str, started: float, sync_period: float
+    floor: ChildProcess, base: str, started: float, sync_period: float, cpu_periods: int
 ) -> dict[str, Any]:
     """The floor as the agent is measured: ready (its first cycle made), 20 scrapes, RSS and
-    peak; again after the same wait as the agent's."""
+    peak; again after the same wait as the agent's, where its memory is, its CPU."""
     pid = floor.pid
     assert pid is not None, "the floor exited"
     async with aiohttp.ClientSession() as http:
@@ -413,12 +454,18 @@ async def time_floor(
         rss, peak_rss = rss_bytes(pid), peak_rss_bytes(pid)
         await asyncio.sleep(DRIFT_GRACE_SECONDS + 2 * sync_period)
         await http_get(http, f"{base}/metrics")
+        rss_end, peak_rss_end, memory = rss_bytes(pid), peak_rss_bytes(pid), memory_map(pid)
+        cpu = await cpu_over(pid, cpu_periods * sync_period)
         return {
             "listening_s": readiness.answered_s,
             "rss_bytes": rss,
             "peak_rss_bytes": peak_rss,
-            "rss_bytes_end": rss_bytes(pid),
-            "peak_rss_bytes_end": peak_rss_bytes(pid),
+            "rss_bytes_end": rss_end,
+            "peak_rss_bytes_end": peak_rss_end,
+            "memory_map": memory,
+            "cpu_window_s": cpu_periods * sync_period,
+            "cpu_s": cpu,
+            "cpu_percent_of_a_core": cpu / (cpu_periods * sync_period) * 100,
         }
 
 
@@ -433,6 +480,9 @@ async def run(
     rounds: int,
     sync_period: float,
     stats_period: float,
+    cpu_periods: int = 6,
+    env: dict[str, str] | None = None,
+    tracemalloc: bool = False,
     argv: list[str] | None = None,
 ) -> dict[str, object]:
     if os.geteuid() != 0:
@@ -461,11 +511,28 @@ async def run(
 
         port = free_port()
         started = time.monotonic()
+        env = env or {}
+        traced = workdir / "allocations.json" if tracemalloc else None
         agent = start_agent(
-            api, containerd, kubelet_root, port, sync_period, stats_period, workdir / "agent.log"
+            api,
+            containerd,
+            kubelet_root,
+            port,
+            sync_period,
+            stats_period,
+            workdir / "agent.log",
+            env,
+            traced,
         )
         full = await time_full_agent(
-            agent, f"http://127.0.0.1:{port}", started, pods, sync_period, stats_period > 0
+            agent,
+            f"http://127.0.0.1:{port}",
+            started,
+            pods,
+            sync_period,
+            cpu_periods,
+            stats_period > 0,
+            traced,
         )
         agent.stop()
 
@@ -480,9 +547,12 @@ async def run(
             "--period",
             str(sync_period),
             log=workdir / "floor.log",
+            env=env,
         )
         floor.start()
-        floor_figures = await time_floor(floor, f"http://127.0.0.1:{port}", started, sync_period)
+        floor_figures = await time_floor(
+            floor, f"http://127.0.0.1:{port}", started, sync_period, cpu_periods
+        )
         return {
             "machine": where,
             "command": command("bench.agent_node_objects", argv),
@@ -490,6 +560,7 @@ async def run(
             "other_pods": other_pods,
             "sync_period_s": sync_period,
             "stats_period_s": stats_period,
+            "environment": env,
             "drift_grace_period_s": DRIFT_GRACE_SECONDS,
             "populate_s": populate_s,
             "api_view_synced": view,
@@ -519,9 +590,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stats-period", type=float, default=60.0, help="the agent's --stats.period, in seconds"
     )
+    parser.add_argument(
+        "--cpu-periods",
+        type=int,
+        default=6,
+        help="sync periods over which the agent's and the floor's CPU is measured",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a variable for the agent's and the floor's environment (repeatable)",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="run the agent under bench.agent_traced: where Python allocated its memory",
+    )
     args = parser.parse_args(argv)
+    env = dict(item.split("=", 1) for item in args.env)
     result = asyncio.run(
-        run(args.pods, args.other_pods, args.rounds, args.sync_period, args.stats_period, argv)
+        run(
+            args.pods,
+            args.other_pods,
+            args.rounds,
+            args.sync_period,
+            args.stats_period,
+            args.cpu_periods,
+            env,
+            args.tracemalloc,
+            argv,
+        )
     )
     print(json.dumps(result, indent=2))
     return 0

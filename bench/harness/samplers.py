@@ -85,3 +85,58 @@ async def sample_counters(
         if counts is not None:
             samples.append(CounterSample(sent, received, count(counts)))
         await _pause(stop, max(0.0, period - (received - sent)))
+
+
+async def cpu_over(pid: int, seconds: float) -> float:
+    """The CPU seconds (user + system, every thread) process ``pid`` uses over the next
+    ``seconds``."""
+    before = cpu_seconds(pid)
+    await asyncio.sleep(seconds)
+    return cpu_seconds(pid) - before
+
+
+def _mapping_name(path: str) -> str:
+    """What a mapping of /proc/<pid>/smaps maps: a file's name, ``[heap]`` (the main malloc
+    arena), ``[stack]``, or ``[anonymous]`` (other malloc arenas, thread stacks, mmap'd
+    blocks: what glibc and the extensions' allocators take from the kernel)."""
+    if not path:
+        return "[anonymous]"
+    return path if path.startswith("[") else path.rsplit("/", 1)[-1]
+
+
+def memory_map(pid: int, top: int = 12) -> dict[str, object]:
+    """Where the resident set of process ``pid`` is (/proc/<pid>/smaps): anonymous and
+    file-backed KiB, the threads, the anonymous mappings (and how many hold at least 1 MiB),
+    and the ``top`` names (files, ``[heap]``, ``[anonymous]``) holding the most."""
+    by_name: dict[str, list[int]] = {}  # name -> [rss KiB, anonymous KiB]
+    anonymous_sizes: list[int] = []
+    name = ""
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            field, _, rest = line.partition(" ")
+            if not field.endswith(":"):  # a mapping's header: range perms offset dev inode path
+                parts = line.split(maxsplit=5)
+                name = _mapping_name(parts[5].strip() if len(parts) > 5 else "")
+                by_name.setdefault(name, [0, 0])
+            elif field == "Rss:":
+                kib = int(rest.split()[0])
+                by_name[name][0] += kib
+                if name == "[anonymous]":
+                    anonymous_sizes.append(kib)
+            elif field == "Anonymous:":
+                by_name[name][1] += int(rest.split()[0])
+    with open(f"/proc/{pid}/status") as status:
+        threads = next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+    ordered = sorted(by_name.items(), key=lambda item: -item[1][0])
+    return {
+        "rss_kib": sum(v[0] for v in by_name.values()),
+        "anonymous_kib": sum(v[1] for v in by_name.values()),
+        "file_kib": sum(v[0] - v[1] for v in by_name.values()),
+        "threads": threads,
+        "anonymous_mappings": len(anonymous_sizes),
+        "anonymous_mappings_of_1_mib_or_more": sum(1 for kib in anonymous_sizes if kib >= 1024),
+        "top": [
+            {"mapping": n, "rss_kib": rss, "anonymous_kib": anon}
+            for n, (rss, anon) in ordered[:top]
+        ],
+    }
