@@ -17,7 +17,6 @@ a command imports what it needs when it runs.
 from __future__ import annotations
 
 import argparse
-import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
@@ -63,6 +62,8 @@ def unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
     """``unrecognized arguments: ...``, with the flag each unknown one abbreviates or resembles
     (flags are never guessed: ``--web.listen-addres`` is an error that names
     ``--web.listen-address``)."""
+    import difflib  # only a mistyped command line needs it: not imported by every agent
+
     known = [o for o in parser._option_string_actions if o.startswith("--")]
     hints = []
     for extra in extras:

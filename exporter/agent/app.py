@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
-from exporter.agent.cleanup import NodeCleanup
 from exporter.agent.exposition import agent_families
 from exporter.agent.keys import CLEANUP, REGISTRY, SETTINGS, SYNC
 from exporter.agent.runtime_events import RuntimeEvents
@@ -25,7 +24,6 @@ from exporter.cri.events import subscribe
 from exporter.cri.snapshot import RuntimeReader
 from exporter.host.kubelet import KubeletProbe
 from exporter.host.probes import read_host
-from exporter.metrics.cleanup import cleanup_families
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_events import EventMetrics
 from exporter.metrics.cri_requests import CRIRequestMetrics, SyncMetrics
@@ -113,6 +111,9 @@ async def _agent_ctx(app: web.Application) -> AsyncIterator[None]:
         settings.kubelet_healthz_url, settings.kubelet_root_dir, settings.kubelet_timeout
     )
     if side is not None and settings.cleanup:
+        from exporter.agent.cleanup import NodeCleanup  # the API side's: kube's writer
+        from exporter.metrics.cleanup import cleanup_families
+
         cleanup = NodeCleanup(
             settings.node_name,
             node=side.objects.node,
