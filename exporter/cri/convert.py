@@ -10,6 +10,8 @@ from typing import Any
 
 from exporter.cri.pb import api_pb2
 from exporter.model.runtime import (
+    ANNOTATION_CONFIG_SOURCE,
+    LABEL_CONTAINER_NAME,
     LABEL_POD_NAME,
     LABEL_POD_NAMESPACE,
     LABEL_POD_UID,
@@ -85,23 +87,20 @@ def pod_sandbox(msg: Any) -> PodSandbox:
         attempt=msg.metadata.attempt,
         state=sandbox_state(msg.state),
         created_at=seconds(msg.created_at),
-        labels=dict(msg.labels),
-        annotations=dict(msg.annotations),
+        config_source=msg.annotations.get(ANNOTATION_CONFIG_SOURCE, ""),
     )
 
 
 def container(msg: Any) -> Container:
     """A ``Container`` message of ListContainers; pod identity from kubelet's labels."""
-    labels = dict(msg.labels)
+    labels = msg.labels
     return Container(
         id=msg.id,
         pod_sandbox_id=msg.pod_sandbox_id,
-        name=msg.metadata.name,
+        name=msg.metadata.name or labels.get(LABEL_CONTAINER_NAME, ""),
         attempt=msg.metadata.attempt,
         state=container_state(msg.state),
         created_at=seconds(msg.created_at),
-        image=msg.image.image or msg.image_ref,
-        labels=labels,
         pod_uid=labels.get(LABEL_POD_UID, ""),
         pod_namespace=labels.get(LABEL_POD_NAMESPACE, ""),
         pod_name=labels.get(LABEL_POD_NAME, ""),
@@ -113,22 +112,19 @@ def container_status(msg: Any, pod_sandbox_id: str = "") -> Container:
 
     ``exit_code`` is only meaningful (and only set) once the container finished.
     """
-    labels = dict(msg.labels)
+    labels = msg.labels
     finished_at = optional_seconds(msg.finished_at)
     return Container(
         id=msg.id,
         pod_sandbox_id=pod_sandbox_id,
-        name=msg.metadata.name,
+        name=msg.metadata.name or labels.get(LABEL_CONTAINER_NAME, ""),
         attempt=msg.metadata.attempt,
         state=container_state(msg.state),
         created_at=seconds(msg.created_at),
-        image=msg.image.image or msg.image_ref,
         started_at=optional_seconds(msg.started_at),
         finished_at=finished_at,
         exit_code=msg.exit_code if finished_at is not None else None,
         reason=msg.reason,
-        message=msg.message,
-        labels=labels,
         pod_uid=labels.get(LABEL_POD_UID, ""),
         pod_namespace=labels.get(LABEL_POD_NAMESPACE, ""),
         pod_name=labels.get(LABEL_POD_NAME, ""),

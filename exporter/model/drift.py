@@ -43,7 +43,6 @@ from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, Sandb
 DEFAULT_GRACE_SECONDS = 60.0
 
 #: Sandbox annotation kubelet copies from the pod: where the pod came from (api, file, http).
-ANNOTATION_CONFIG_SOURCE = "kubernetes.io/config.source"
 STATIC_SOURCES = frozenset({"file", "http"})
 
 
@@ -97,7 +96,7 @@ class Drift:
 
 def is_static(sandbox: PodSandbox) -> bool:
     """Whether kubelet created the sandbox from a static pod (manifest file or URL)."""
-    return sandbox.annotations.get(ANNOTATION_CONFIG_SOURCE, "") in STATIC_SOURCES
+    return sandbox.config_source in STATIC_SOURCES
 
 
 def kubelet_gone(kubelet_healthy: bool | None, node: NodeInfo | None) -> bool:

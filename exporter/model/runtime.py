@@ -2,13 +2,15 @@
 
 Nothing here imports grpc or protobuf: exporter.cri converts its messages into these classes.
 Timestamps are Unix seconds as floats (CRI reports nanoseconds; the boundary converts).
+A sandbox or container holds what nodesync's metrics, drift and cleanup read, nothing more:
+not the labels and annotations kubelet copies from the pod (which can be kilobytes each: the
+``last-applied-configuration`` of ``kubectl apply``), not the image or the termination message.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 # Labels containerd's CRI plugin receives from kubelet on every sandbox and container.
@@ -16,6 +18,9 @@ LABEL_POD_NAME = "io.kubernetes.pod.name"
 LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
 LABEL_POD_UID = "io.kubernetes.pod.uid"
 LABEL_CONTAINER_NAME = "io.kubernetes.container.name"
+#: The annotation kubelet puts on every sandbox: where the pod came from (``api``, or ``file`` and
+#: ``http`` for a static pod).
+ANNOTATION_CONFIG_SOURCE = "kubernetes.io/config.source"
 
 
 class SandboxState(enum.Enum):
@@ -39,8 +44,7 @@ class PodSandbox:
     attempt: int
     state: SandboxState
     created_at: float
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    config_source: str = ""  # its ANNOTATION_CONFIG_SOURCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +56,9 @@ class Container:
     container's record may still change: its status could not be read yet, or it says a
     SIGKILL without OOMKilled and the runtime's OOM event may still be on its way (see
     :func:`oom_reason_may_follow`). Pod identity comes from the sandbox's metadata (joined by
-    ``pod_sandbox_id``) or, failing that, from kubelet's ``io.kubernetes.pod.*`` labels.
+    ``pod_sandbox_id``) or, failing that, from kubelet's ``io.kubernetes.pod.*`` labels, and
+    the name from the container's metadata or, failing that, its
+    ``io.kubernetes.container.name`` label (exporter.cri.convert reads them).
     """
 
     id: str
@@ -64,13 +70,10 @@ class Container:
     pod_uid: str = ""
     pod_namespace: str = ""
     pod_name: str = ""
-    image: str = ""
     started_at: float | None = None
     finished_at: float | None = None
     exit_code: int | None = None
     reason: str = ""
-    message: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
     settled: bool = True
 
 

@@ -16,10 +16,6 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from exporter.model.runtime import (
-    LABEL_CONTAINER_NAME,
-    LABEL_POD_NAME,
-    LABEL_POD_NAMESPACE,
-    LABEL_POD_UID,
     OOM_KILLED,
     Container,
     ContainerState,
@@ -88,11 +84,11 @@ class _History:
 
 
 def _pod_uid(c: Container) -> str:
-    return c.pod_uid or c.labels.get(LABEL_POD_UID, "") or c.pod_sandbox_id
+    return c.pod_uid or c.pod_sandbox_id
 
 
 def _name(c: Container) -> str:
-    return c.name or c.labels.get(LABEL_CONTAINER_NAME, "")
+    return c.name
 
 
 class TerminationTracker:
@@ -211,8 +207,8 @@ class TerminationTracker:
 
     def _history(self, uid: str, name: str, attempts: Iterable[Container]) -> _History:
         newest = max(attempts, key=lambda c: (c.attempt, c.created_at))
-        namespace = newest.pod_namespace or newest.labels.get(LABEL_POD_NAMESPACE, "")
-        pod = newest.pod_name or newest.labels.get(LABEL_POD_NAME, "")
+        namespace = newest.pod_namespace
+        pod = newest.pod_name
         history = self._histories.get((uid, name))
         if history is None:
             history = _History(namespace=namespace, pod=pod, container=name)

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.model.drift import (
-    ANNOTATION_CONFIG_SOURCE,
     Drift,
     DriftItem,
     DriftKind,
@@ -46,7 +45,7 @@ def pod(uid: str, *, name: str | None = None, phase: str = "Running", **kw: Any)
 def sb(uid: str, *, name: str | None = None, static: bool = False, **kw: Any) -> PodSandbox:
     s = sandbox(uid, name=name or f"pod-{uid}", **({"created_at": OLD} | kw))
     if static:
-        s = dataclasses.replace(s, annotations={ANNOTATION_CONFIG_SOURCE: "file"})
+        s = dataclasses.replace(s, config_source="file")
     return s
 
 
@@ -602,16 +601,16 @@ def test_drift_of_pods_being_deleted_on_a_node_whose_kubelet_is_gone(
 
 
 @pytest.mark.parametrize(
-    ("annotations", "expected"),
+    ("config_source", "expected"),
     [
-        pytest.param({}, False, id="no-annotation"),
-        pytest.param({ANNOTATION_CONFIG_SOURCE: "api"}, False, id="api"),
-        pytest.param({ANNOTATION_CONFIG_SOURCE: "file"}, True, id="file"),
-        pytest.param({ANNOTATION_CONFIG_SOURCE: "http"}, True, id="http"),
+        pytest.param("", False, id="no-annotation"),
+        pytest.param("api", False, id="api"),
+        pytest.param("file", True, id="file"),
+        pytest.param("http", True, id="http"),
     ],
 )
-def test_is_static(annotations: dict[str, str], expected: bool) -> None:
-    assert is_static(dataclasses.replace(sb("a"), annotations=annotations)) is expected
+def test_is_static(config_source: str, expected: bool) -> None:
+    assert is_static(dataclasses.replace(sb("a"), config_source=config_source)) is expected
 
 
 # Property: whatever the API server, runtime and kubelet hold, drift never names a desired pod's

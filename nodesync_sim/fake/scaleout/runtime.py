@@ -19,10 +19,6 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from exporter.model.runtime import (
-    LABEL_CONTAINER_NAME,
-    LABEL_POD_NAME,
-    LABEL_POD_NAMESPACE,
-    LABEL_POD_UID,
     Container,
     ContainerState,
     PodSandbox,
@@ -107,7 +103,6 @@ class SimRuntime:
         """A READY sandbox and a RUNNING first attempt of each container (idempotent)."""
         if uid in self._sandboxes:
             return
-        labels = {LABEL_POD_NAME: name, LABEL_POD_NAMESPACE: namespace, LABEL_POD_UID: uid}
         sandbox = PodSandbox(
             id=_id(),
             name=name,
@@ -116,8 +111,7 @@ class SimRuntime:
             attempt=0,
             state=SandboxState.READY,
             created_at=now,
-            labels=labels,
-            annotations={"kubernetes.io/config.source": "api"},
+            config_source="api",
         )
         self._sandboxes[uid] = sandbox
         self._containers[uid] = [
@@ -138,9 +132,7 @@ class SimRuntime:
             pod_uid=sandbox.uid,
             pod_namespace=sandbox.namespace,
             pod_name=sandbox.name,
-            image=IMAGE,
             started_at=now,
-            labels={**sandbox.labels, LABEL_CONTAINER_NAME: name},
         )
 
     def latest(self, uid: str, name: str) -> Container | None:
