@@ -30,7 +30,7 @@ each delivery the NodeRollback is deleted (the rollback stops before its next st
 benchmark waits until the controller is idle again (every refusal's Event written, the budget
 full).
 
-    .venv/bin/python -m bench.controller_fencing [--rounds 20] [--refused 100]
+    .venv/bin/python -m bench.controller_fencing [--rounds 20] [--refused 100] [--modes alone,mixed]
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -211,7 +212,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     server = LocalKubeAPIServer(*binaries())
     token = secrets.token_urlsafe(24)
     times: dict[str, dict[str, list[float]]] = {
-        m: {"ack": [], "first_write_received": [], "first_write": [], "cordon": []} for m in MODES
+        m: {"ack": [], "first_write_received": [], "first_write": [], "cordon": []}
+        for m in args.modes
     }
     try:
         server.start()
@@ -251,7 +253,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await wait_idle(http, base)
                 names = iter(failing)
                 for _ in range(args.rounds):
-                    for mode in MODES:
+                    for mode in args.modes:
                         target = next(names)
                         refused = [] if mode == "alone" else protected
                         starts = time.time() - 30
@@ -279,22 +281,49 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     summary = {m: {k: summary_ms(v) for k, v in kinds.items()} for m, kinds in times.items()}
     return {
         "machine": where,
+        "load_average_1m_at_end": os.getloadavg()[0],
         "command": command("bench.controller_fencing", args.argv),
         "rounds": args.rounds,
         "refused_per_mixed_delivery": args.refused,
         **summary,
-        "cordon_p99_mixed_over_alone": summary["mixed"]["cordon"]["p99_ms"]
-        / summary["alone"]["cordon"]["p99_ms"],
-    }
+        "samples_s": times if args.samples else None,
+    } | (
+        {
+            "cordon_p99_mixed_over_alone": summary["mixed"]["cordon"]["p99_ms"]
+            / summary["alone"]["cordon"]["p99_ms"]
+        }
+        if set(MODES) <= set(args.modes)
+        else {}
+    )
+
+
+def modes(value: str) -> tuple[str, ...]:
+    chosen = tuple(m for m in value.split(",") if m)
+    if not chosen or not set(chosen) <= set(MODES):
+        raise argparse.ArgumentTypeError(f"modes are {', '.join(MODES)}, comma-separated")
+    return chosen
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--refused", type=int, default=100)
+    parser.add_argument(
+        "--modes",
+        type=modes,
+        default=MODES,
+        help="which deliveries each round sends, comma-separated: alone, mixed (both)",
+    )
+    parser.add_argument(
+        "--samples", help="write every round's times (seconds, by mode and figure) to this file"
+    )
     args = parser.parse_args(argv)
     args.argv = argv
-    print(json.dumps(asyncio.run(run(args)), indent=2))
+    result = asyncio.run(run(args))
+    samples = result.pop("samples_s")
+    if args.samples:
+        Path(args.samples).write_text(json.dumps(samples))
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
