@@ -82,6 +82,8 @@ RENEW_TICK = 0.02
 #: How often kubelet renews its node's Lease (a quarter of its 40 s duration): the real rate
 #: of renewals is the node count over it.
 KUBELET_RENEW_INTERVAL = 10.0
+#: How long kube-apiserver's watch cache keeps events at least (its eventFreshDuration).
+WATCH_CACHE_SECONDS = 75.0
 
 
 # ---------------------------------------------------------------- Nodes and Leases
@@ -449,7 +451,9 @@ async def run(
     held = failing if held is None else held
     where = machine()
     workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-"))
-    api = SimAPIServer(workdir)
+    # kube-apiserver's watch cache keeps at least 75 s of events; the test API server's
+    # default (20,000 changes) is 3 s at 6,500 renewals a second.
+    api = SimAPIServer(workdir, history_limit=max(20_000, int(rate * WATCH_CACHE_SECONDS)))
     controller: ChildProcess | None = None
     try:
         await api.start()
