@@ -8,15 +8,15 @@ Everything runs as separate processes talking HTTP on loopback, as in a cluster:
 - ``nodesync controller`` against it: process start until /readyz answers 200 (Nodes and Leases
   listed), and /metrics then shows every node;
 - lease renewals as kubelet sends them (a merge patch of spec.renewTime, RFC 3339 with
-  microseconds), round-robin over the leases at a fixed rate on a monotonic schedule (by
-  default the real one: every Lease every 10 s, 6,500 a second at 65,000 nodes), those due
-  sent together every 20 ms in one request (at most 2,000 to a request) to ``/_sim/batch``,
-  which applies each as its own PATCH with its own watch event (the controller gets what a
-  real API server would send it; the requests themselves are kubelets' cost, which one
-  process cannot send), while /metrics is scraped about once a second. Measured: the achieved rate; freshness (when a scrape
-  is sent, the age of the newest renewTime it shows); propagation lag (when a scrape is sent, how
-  long ago the API server acknowledged the oldest renewal the scrape does not show yet; 0 when
-  it shows them all); the catch-up after the last renewal until every lease's last written
+  microseconds), round-robin over the leases at a fixed rate on a monotonic schedule (by default
+  the real one: every Lease every 10 s, 6,500 a second at 65,000 nodes), those due sent together
+  every 20 ms in one request (at most 2,000 to a request) to ``/_sim/batch``, which applies each
+  as its own PATCH with its own watch event (the controller gets what a real API server would
+  send it; the requests themselves are kubelets' cost, which one process cannot send), while
+  /metrics is scraped about once a second. Measured: the achieved rate; freshness (when a scrape
+  is sent, the age of the newest renewTime it shows); propagation lag (when a scrape is sent,
+  how long ago the API server acknowledged the oldest renewal the scrape does not show yet; 0
+  when it shows them all); the catch-up after the last renewal until every lease's last written
   renewTime is in /metrics (all of them, exactly: no event is lost); the controller's CPU use
   during the renewals (also without the scrapes' share, measured at rest), its RSS and peak RSS
   (VmHWM) at the end; scrape latency during the renewals and at rest.
