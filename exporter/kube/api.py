@@ -18,13 +18,15 @@ import json
 import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 from urllib.parse import quote
 
 import aiohttp
 import msgspec
+from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
+from yarl import URL
 
 from exporter import __version__
 from exporter.kube.config import ClientConfiguration, authorization, ssl_context
@@ -81,6 +83,38 @@ def loads(body: bytes, object_hook: ObjectHook | None = None) -> Any:
         gc.enable()
 
 
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """What the environment says about reaching the server: a proxy from ``HTTPS_PROXY`` /
+    ``HTTP_PROXY`` unless ``NO_PROXY`` names its host, as kubectl honours them (its credentials
+    from the URL or ``~/.netrc``), and credentials for the server in ``~/.netrc`` (``NETRC``)."""
+
+    proxy: URL | None = None
+    proxy_authorization: str | None = None  # the Proxy-Authorization header
+    authorization: str | None = None  # the Authorization header, unless configured
+
+
+def environment(host: str) -> Environment:
+    """The Environment for a server at ``host``, looked up once for the client's session: what
+    aiohttp's ``trust_env`` looks up again before every request, reading the environment and
+    the netrc file in a thread each time (two hops between threads per request, before it is
+    sent)."""
+    url = URL(host)
+    proxy: URL | None = None
+    proxy_auth: aiohttp.BasicAuth | None = None
+    auth: aiohttp.BasicAuth | None = None
+    with suppress(LookupError):
+        proxy, proxy_auth = get_env_proxy_for_url(url)
+    if url.host is not None:
+        with suppress(LookupError):
+            auth = basicauth_from_netrc(netrc_from_env(), url.host)
+    return Environment(
+        proxy,
+        proxy_auth.encode() if proxy_auth is not None else None,
+        auth.encode() if auth is not None else None,
+    )
+
+
 class KubeAPI:
     """Raw GET/list/watch (and generic requests for writers) against one API server."""
 
@@ -95,6 +129,7 @@ class KubeAPI:
     ) -> None:
         self.configuration = configuration
         self._session: aiohttp.ClientSession | None = None
+        self._environment = Environment()
         self._request_timeout = request_timeout
         self._connect_timeout = connect_timeout
         self._watch_margin = watch_timeout_margin
@@ -105,9 +140,10 @@ class KubeAPI:
         if self._session is None:
             cfg = self.configuration
             tls: ssl.SSLContext | bool = ssl_context(cfg) if cfg.host.startswith("https:") else True
+            self._environment = environment(cfg.host)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=_POOL_SIZE, ssl=tls),
-                trust_env=True,  # HTTPS_PROXY and NO_PROXY, as kubectl honours them
+                trust_env=False,  # read once, above, not before every request
                 read_bufsize=_READ_BUFFER,
             )
         return self._session
@@ -350,17 +386,25 @@ class KubeAPI:
         url = cfg.host + path
         if query:
             url += "?" + "&".join(f"{key}={quote(str(value))}" for key, value in query)
+        session = self._http()
+        found = self._environment
         options: dict[str, Any] = {}
         if cfg.tls_server_name:
             options["server_hostname"] = cfg.tls_server_name
         if cfg.proxy:
             options["proxy"] = cfg.proxy
+        elif found.proxy is not None:
+            options["proxy"] = found.proxy
+            if found.proxy_authorization is not None:
+                options["proxy_headers"] = {"Proxy-Authorization": found.proxy_authorization}
         started = time.monotonic()
         try:
             credentials = await authorization(cfg)
             if credentials:
                 headers["Authorization"] = credentials
-            response = await self._http().request(
+            elif found.authorization is not None:
+                headers["Authorization"] = found.authorization
+            response = await session.request(
                 method,
                 url,
                 headers=headers,
