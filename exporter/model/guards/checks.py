@@ -110,8 +110,8 @@ def wave_cohorts(
 def cohort_table(view: ClusterView, policy: GuardPolicy, now: float) -> CohortTable:
     """The cohorts of the view's waves as of ``now``, for the cohort breaker: one table per
     pass, shared by every alert the pass judges (nothing is walked until a breaker is asked
-    for)."""
-    return CohortTable(view.nodes, policy.cohorts, now, policy.node_monitor_grace_period)
+    for). The figures do not depend on the nodes' order: they are walked unsorted."""
+    return CohortTable(view.unordered(), policy.cohorts, now, policy.node_monitor_grace_period)
 
 
 def _never_touch(
