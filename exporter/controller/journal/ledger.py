@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
+
 from exporter.controller.journal.records import (
     AlertKey,
     AlertRecord,
@@ -213,13 +215,19 @@ _ALERT_COLUMNS = (
 )
 
 
+#: The labels and annotations columns, as the journal wrote them (JSON objects of strings): read
+#: again at every executor pass (the firing alerts it refused, for their holds), so decoded in
+#: one call each rather than through ``json.loads``.
+_MAPPING = msgspec.json.Decoder(dict[str, str])
+
+
 def _alert_record(row: tuple[Any, ...]) -> AlertRecord:
     return AlertRecord(
         fingerprint=row[0],
         starts_at=row[1],
         status=row[2],
-        labels=json.loads(row[3]),
-        annotations=json.loads(row[4]),
+        labels=_MAPPING.decode(row[3]),
+        annotations=_MAPPING.decode(row[4]),
         received_at=row[5],
         last_seen_at=row[6],
         resolved_at=row[7],
