@@ -99,8 +99,9 @@ def _refuse(
     return answer
 
 
-def _authorized(request: web.Request, token: bytes) -> web.Response | None:
-    """None if the request carries the right bearer token, else the 401 to answer."""
+def _authorized(request: web.Request, expected: bytes) -> web.Response | None:
+    """None if the request carries the right bearer token (``expected``: its SHA-256 digest),
+    else the 401 to answer."""
     header = request.headers.get(hdrs.AUTHORIZATION, "")
     scheme, _, credentials = header.strip().partition(" ")
     if scheme.lower() != "bearer" or not credentials.strip():
@@ -113,7 +114,6 @@ def _authorized(request: web.Request, token: bytes) -> web.Response | None:
         )
     given = credentials.strip().encode("utf-8", "surrogateescape")
     # compared as digests: equal lengths, so the time taken tells nothing about the token
-    expected = hashlib.sha256(token).digest()
     if not hmac.compare_digest(hashlib.sha256(given).digest(), expected):
         return _refuse(
             request,
@@ -163,7 +163,7 @@ class Webhook:
         lead: Lead,
     ) -> None:
         self._settings = settings
-        self._token = token
+        self._expected = hashlib.sha256(token).digest()  # once, not per request
         self.metrics = metrics
         self._schedule = schedule
         self._lead = lead
@@ -193,7 +193,7 @@ class Webhook:
                 f"use POST {PATH}",
                 **{hdrs.ALLOW: hdrs.METH_POST},
             )
-        refused = _authorized(request, self._token)
+        refused = _authorized(request, self._expected)
         if refused is not None:
             return refused
         if self._lead.follower:
