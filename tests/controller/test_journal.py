@@ -750,3 +750,31 @@ async def test_a_cancelled_caller_is_cancelled_even_as_its_call_returns(journal:
             await asyncio.wait({task}, timeout=5.0)
         assert done, f"cancel {i} was lost: the caller ran on"
         assert task.cancelled()
+
+
+async def test_the_firing_decided_alerts_follow_every_change_and_not_re_sends(
+    journal: Journal,
+) -> None:
+    """An executor pass reads them every time; what it reads must change with each decision,
+    new alert, resolution, outcome and pruning, and stays the same across a re-send."""
+
+    async def refused() -> list[str]:
+        return [r.fingerprint for r, _, _ in await journal.firing_decided(("refused",))]
+
+    a, b = alert("aaaa"), alert("bbbb", node="worker-2")
+    await journal.record(payload(a), received_at=T0 + 1)
+    assert await refused() == []
+    await journal.save_decision(a_decision(a.key, "refused", reason="protected"))
+    assert await refused() == ["aaaa"]
+    await journal.record(payload(a), received_at=T0 + 2)  # a re-send: nothing changes
+    assert await refused() == ["aaaa"]
+    await journal.record(payload(a, b), received_at=T0 + 3)
+    assert await refused() == ["aaaa"]  # b is not decided yet
+    await journal.save_decision(a_decision(b.key, "refused", node="worker-2"))
+    assert await refused() == ["aaaa", "bbbb"]
+    resolved = dataclasses.replace(a, status="resolved", ends_at=T0 + 4)
+    await journal.record(payload(resolved), received_at=T0 + 4)
+    assert await refused() == ["bbbb"]
+    assert [v for _, v, _ in await journal.firing_decided(("refused", "plan"))] == ["refused"]
+    await journal.prune(T0 + 500)
+    assert await refused() == []

@@ -162,6 +162,11 @@ class Journal:
         self._thread = thread
         self._clock = clock
         self._counts = EMPTY_COUNTS
+        #: Writes so far that may change firing_decided's answer (every one but a delivery that
+        #: brings no new alert and no resolution, and the probe), and its last answer.
+        self._changes = 0
+        self._firing_decided: tuple[tuple[object, ...], list[tuple[AlertRecord, str, str]]] | None
+        self._firing_decided = None
         self._path = path
         self._identity = identity
         #: The corrupt journal this one replaced when it was opened, if any.
@@ -282,6 +287,7 @@ class Journal:
         alerts[FIRING] += result.new_firing - resolved_known
         alerts[RESOLVED] += result.resolved
         self._counts = JournalCounts(alerts, c.decisions, c.deliveries + 1)
+        self._changes += bool(result.new or result.resolved)
         self._verify()  # replaced meanwhile: what was just committed, nobody will read
         return result
 
@@ -324,6 +330,7 @@ class Journal:
 
     def _save_decision(self, conn: sqlite3.Connection, decision: DecisionRecord) -> DecisionRecord:
         stored, new = save_decision(conn, decision)
+        self._changes += 1
         if new:
             c = self._counts
             decisions = dict(c.decisions)
@@ -342,8 +349,13 @@ class Journal:
         self, verdicts: tuple[str, ...], limit: int = 1000
     ) -> list[tuple[AlertRecord, str, str]]:
         """Firing alerts whose decision has one of ``verdicts`` (oldest first, at most
-        ``limit``), each with the decision's verdict and reason."""
-        return await self._run(read_firing_decided, verdicts, limit)
+        ``limit``), each with the decision's verdict and reason. Read again only after a write
+        that may change it (an executor pass with nothing new reads nothing): each record's
+        ``last_seen_at`` is as of that read."""
+        key = (self._changes, verdicts, limit)
+        if self._firing_decided is None or self._firing_decided[0] != key:
+            self._firing_decided = (key, await self._run(read_firing_decided, verdicts, limit))
+        return list(self._firing_decided[1])
 
     async def ended_episodes(self, limit: int = 1000) -> list[tuple[AlertRecord, DecisionRecord]]:
         """Resolved alerts whose decision has no outcome yet (oldest decision first, at most
@@ -352,6 +364,7 @@ class Journal:
 
     async def write_outcome(self, key: AlertKey, outcome: str) -> bool:
         """The episode's outcome, written once; False when it had one already."""
+        self._changes += 1
         return await self._run(write_outcome, key, outcome)
 
     async def outcomes(self) -> list[tuple[DecisionRecord, str]]:
@@ -374,6 +387,7 @@ class Journal:
 
     def _prune_batch(self, conn: sqlite3.Connection, before: float, batch: int) -> tuple[int, bool]:
         gone = prune_batch(conn, before, batch)
+        self._changes += 1
         c = self._counts
         alerts = {s: n - gone.alerts.get(s, 0) for s, n in c.alerts.items()}
         decisions = {v: n - gone.decisions.get(v, 0) for v, n in c.decisions.items()}
