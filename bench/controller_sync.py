@@ -22,10 +22,12 @@ Everything runs as separate processes talking HTTP on loopback, as in a cluster:
   (VmHWM) at the end; scrape latency during the renewals and at rest.
 
 The floors, in the same run (bench.controller_floor): a bare Python process that lists the same
-Nodes and Leases and decodes them, timed from its start to its exit, with its peak RSS (the
-floor of start-until-synced, and what the two lists cost decoded); and a bare aiohttp handler
-serving the controller's last exposition as it is, scraped at rest alternately with the
-controller (the floor of a scrape of those bytes).
+Nodes and Leases and decodes them, timed from its start until it has both (the floor of
+start-until-synced), which then holds them by name and watches both kinds for the rest of the
+run, each event decoded and put in place: a bare list+watch, whose CPU during the renewals is
+the floor of the controller's, and whose peak RSS, at its list and at the end, the floor of the
+controller's; and a bare aiohttp handler serving the controller's last exposition as it is,
+scraped at rest alternately with the controller (the floor of a scrape of those bytes).
 
 With ``--failing N``, the last N nodes fail as a cohort and the controller runs with the
 webhook and the executor, so that its executor series are measured too
@@ -55,6 +57,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -255,6 +258,7 @@ class Following:
     wall: float = 0.0
     cpu: float = 0.0
     api_cpu: float = 0.0
+    floor_cpu: float = 0.0  # the list+watch floor's
     window: float = 0.0  # from the first renewal sent to the last one answered
 
 
@@ -267,6 +271,7 @@ async def follow_renewals(
     written: dict[str, float],
     seconds: float,
     rate: float,
+    floor_pid: int,
 ) -> Following:
     """Renew the leases for ``seconds`` while scraping /metrics about once a second (at a
     random point of each second, so the scrapes do not keep the same phase as the
@@ -296,6 +301,7 @@ async def follow_renewals(
     assert controller.pid is not None
     cpu_before = cpu_seconds(controller.pid)
     api_cpu_before = cpu_seconds(api.pid)
+    floor_cpu_before = cpu_seconds(floor_pid)
     wall_before = time.monotonic()
     scraper = asyncio.create_task(scrape_while_renewing())
     seen.renewals = await renew_leases(api, names, written, acked, seconds, rate)
@@ -305,6 +311,7 @@ async def follow_renewals(
     seen.wall = time.monotonic() - wall_before
     seen.cpu = cpu_seconds(controller.pid) - cpu_before
     seen.api_cpu = cpu_seconds(api.pid) - api_cpu_before
+    seen.floor_cpu = cpu_seconds(floor_pid) - floor_cpu_before
     seen.window = seen.renewals.last_done - wall_before
     return seen
 
@@ -353,24 +360,49 @@ class Floors:
     list_peak_rss_bytes: int = 0
     scrape: list[float] = field(default_factory=list)
     scrape_cpu_s: float = 0.0
+    watch_events: int = 0
+    watch_peak_rss_bytes: int = 0
 
 
-async def list_floor(api: SimAPIServer, workdir: Path, nodes: int) -> Floors:
-    """Start a bare process that lists the Nodes and Leases, and time it until it exits."""
+async def list_floor(api: SimAPIServer, workdir: Path, nodes: int) -> tuple[Floors, ChildProcess]:
+    """Start a bare process that lists the Nodes and Leases, time it until it has them decoded,
+    and leave it watching both (the caller stops it: :func:`end_watch_floor`)."""
     log = workdir / "floor-list.log"
     child = python_child(
-        "bench.controller_floor", "list", "--kubeconfig", str(api.kubeconfig), log=log
+        "bench.controller_floor",
+        "list",
+        "--kubeconfig",
+        str(api.kubeconfig),
+        "--watch",
+        log=log,
     )
     started = time.monotonic()
     child.start()
-    code = await asyncio.to_thread(child.wait, 300)
+    while not (lines := json_lines(log)):
+        if not child.running or time.monotonic() - started > 300:
+            child.stop()
+            raise AssertionError(f"the list floor failed:\n{child.log_tail()}")
+        await asyncio.sleep(0.01)
     wall = time.monotonic() - started
-    if code != 0:
-        child.stop()
-        raise AssertionError(f"the list floor failed ({code}):\n{child.log_tail()}")
-    answer = json.loads(log.read_text().strip().splitlines()[-1])
+    answer = lines[0]
     assert answer["nodes"] == answer["leases"] == nodes, answer
-    return Floors(wall, answer["seconds"], answer["peak_rss_bytes"])
+    return Floors(wall, answer["seconds"], answer["peak_rss_bytes"]), child
+
+
+def json_lines(log: Path) -> list[dict[str, Any]]:
+    text = log.read_text() if log.exists() else ""
+    return [json.loads(ln) for ln in text.splitlines() if ln.startswith("{") and ln.endswith("}")]
+
+
+def end_watch_floor(child: ChildProcess, floors: Floors) -> None:
+    """Stop the list+watch floor; its events (the last count it wrote) and peak RSS go to
+    ``floors``."""
+    assert child.pid is not None
+    floors.watch_peak_rss_bytes = peak_rss_bytes(child.pid)
+    child.stop()
+    assert child.log_path is not None
+    counts = [line["events"] for line in json_lines(child.log_path) if "events" in line]
+    floors.watch_events = int(counts[-1]) if counts else 0
 
 
 async def scrape_floor(
@@ -470,13 +502,14 @@ async def run(
     # default (20,000 changes) is 3 s at 6,500 renewals a second.
     api = SimAPIServer(workdir, history_limit=max(20_000, int(rate * WATCH_CACHE_SECONDS)))
     controller: ChildProcess | None = None
+    watcher: ChildProcess | None = None
     try:
         await api.start()
         names = [f"node-{i:04d}" for i in range(nodes)]
         started = time.perf_counter()
         written = await populate_nodes(api, names, failing)
         populate_s = time.perf_counter() - started
-        floors = await list_floor(api, workdir, nodes)
+        floors, watcher = await list_floor(api, workdir, nodes)
 
         port = free_port()
         base = f"http://127.0.0.1:{port}"
@@ -516,13 +549,17 @@ async def run(
             cohort = (
                 await hold(http, base, secret, names[first : first + held]) if failing else None
             )
-            seen = await follow_renewals(http, base, api, controller, names, written, seconds, rate)
+            assert watcher.pid is not None
+            seen = await follow_renewals(
+                http, base, api, controller, names, written, seconds, rate, watcher.pid
+            )
             catch_up_s, missing = await catch_up(http, base, written, seen.renewals.last_done)
             _, _, last = await scrape_at_rest(http, base, pid, 3)
             body = last or body
             rest, cpu_per_scrape = await scrape_floor(
                 http, base, pid, body, workdir, rest_scrapes, floors
             )
+            end_watch_floor(watcher, floors)
         return {
             "machine": where,
             "nodes": nodes,
@@ -537,9 +574,14 @@ async def run(
                 "rss_bytes_at_sync": rss_synced,
             },
             "floor_list": {
-                "start_to_exit_s": floors.list_wall_s,
+                "start_to_listed_s": floors.list_wall_s,
                 "listing_s": floors.list_s,
                 "peak_rss_bytes": floors.list_peak_rss_bytes,
+            },
+            "floor_watch": {
+                "cpu_cores_during_renewals": seen.floor_cpu / seen.wall,
+                "events": floors.watch_events,
+                "peak_rss_bytes": floors.watch_peak_rss_bytes,
             },
             "renewals": {
                 "seconds": seconds,
@@ -588,6 +630,8 @@ async def run(
     finally:
         if controller is not None:
             controller.stop()
+        if watcher is not None:
+            watcher.stop()
         await api.close()
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -7,10 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.controller_joins import register
-from bench.controller_sync import populate_nodes, renew_leases
+from bench.controller_sync import (
+    end_watch_floor,
+    json_lines,
+    list_floor,
+    populate_nodes,
+    renew_leases,
+)
 from bench.harness.apiserver import SimAPIServer
 from bench.harness.objects import lease_path
 from exporter.kube.convert import pod_start, timestamp
+from tests.support.wait import until_async
 
 
 async def _renew_times(api: SimAPIServer) -> dict[str, float]:
@@ -64,4 +71,32 @@ async def test_a_joining_node_gets_a_workload_pod_the_controller_counts_as_runni
         assert [node for node, _ in starts] == ["join-0000", "join-0001"]
         assert all(at is not None for _, at in starts)
     finally:
+        await api.close()
+
+
+async def test_the_list_and_watch_floor_holds_the_lists_and_gets_every_renewal(
+    tmp_path: Path,
+) -> None:
+    api = SimAPIServer(tmp_path)
+    watcher = None
+    try:
+        await api.start()
+        names = [f"node-{i:04d}" for i in range(30)]
+        written = await populate_nodes(api, names)
+        floors, watcher = await list_floor(api, tmp_path, len(names))
+        assert floors.list_s > 0
+        assert floors.list_peak_rss_bytes > 0
+        renewals = await renew_leases(api, names, written, {}, seconds=0.5, rate=200)
+        assert renewals.ok == 100
+        await until_async(
+            lambda: json_lines(tmp_path / "floor-list.log")[-1].get("events") == 100 or None,
+            timeout=30,
+            what="the floor's count of events",
+        )
+        end_watch_floor(watcher, floors)
+        assert floors.watch_events == 100
+        assert floors.watch_peak_rss_bytes >= floors.list_peak_rss_bytes
+    finally:
+        if watcher is not None:
+            watcher.stop()
         await api.close()
