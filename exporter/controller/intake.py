@@ -163,8 +163,9 @@ class Intake:
         refused: list[tuple[AlertRecord, Refusal, float]] = []
         held: list[tuple[AlertRecord, Refusal]] = []
         created: list[NodeRollback] = []
-        turn = TimeSlice()
-        for alert in await self._journal.alerts_to_decide():
+        to_decide = await self._journal.alerts_to_decide()
+        turn = TimeSlice()  # from here: the wait for the journal's thread held no loop
+        for alert in to_decide:
             await turn.pause()  # alerts still held back are judged again without any I/O
             now = self._clock()
             while True:
