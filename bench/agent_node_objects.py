@@ -417,9 +417,7 @@ async def time_full_agent(
         "peak_rss_bytes_end": peak_rss_end,
         "memory_map": memory,
         "tracemalloc": allocations,
-        "cpu_window_s": cpu_periods * sync_period,
-        "cpu_s": cpu,
-        "cpu_percent_of_a_core": cpu / (cpu_periods * sync_period) * 100,
+        "cpu": cpu,
         "drift_zero_after_grace": still_healthy,
         "sync_cycles": cycles,
         "sync_cycle_mean_ms": cycle_seconds / cycles * 1000 if cycles else None,
@@ -463,9 +461,7 @@ async def time_floor(
             "rss_bytes_end": rss_end,
             "peak_rss_bytes_end": peak_rss_end,
             "memory_map": memory,
-            "cpu_window_s": cpu_periods * sync_period,
-            "cpu_s": cpu,
-            "cpu_percent_of_a_core": cpu / (cpu_periods * sync_period) * 100,
+            "cpu": cpu,
         }
 
 

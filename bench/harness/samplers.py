@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,12 +88,39 @@ async def sample_counters(
         await _pause(stop, max(0.0, period - (received - sent)))
 
 
-async def cpu_over(pid: int, seconds: float) -> float:
-    """The CPU seconds (user + system, every thread) process ``pid`` uses over the next
-    ``seconds``."""
-    before = cpu_seconds(pid)
+def thread_cpu_ns(pid: int) -> dict[str, int]:
+    """The CPU time (ns, /proc/<pid>/task/*/schedstat: exact, not in clock ticks) each thread
+    of process ``pid`` used so far, summed by thread name."""
+    spent: dict[str, int] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as comm:
+                name = comm.read().strip()
+            with open(f"/proc/{pid}/task/{task}/schedstat") as schedstat:
+                ns = int(schedstat.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+        spent[name] = spent.get(name, 0) + ns
+    return spent
+
+
+async def cpu_over(pid: int, seconds: float) -> dict[str, object]:
+    """The CPU process ``pid`` uses over the next ``seconds``: user + system seconds (clock
+    ticks, every thread), and the seconds by thread name (schedstat, of the threads alive at
+    both ends)."""
+    before, threads_before = cpu_seconds(pid), thread_cpu_ns(pid)
     await asyncio.sleep(seconds)
-    return cpu_seconds(pid) - before
+    total, threads_after = cpu_seconds(pid) - before, thread_cpu_ns(pid)
+    by_thread = {
+        name: (ns - threads_before.get(name, 0)) / 1e9 for name, ns in threads_after.items()
+    }
+    return {
+        "window_s": seconds,
+        "cpu_s": total,
+        "percent_of_a_core": total / seconds * 100,
+        "by_thread_s": dict(sorted(by_thread.items(), key=lambda item: -item[1])),
+        "threads_s": sum(by_thread.values()),
+    }
 
 
 def _mapping_name(path: str) -> str:
