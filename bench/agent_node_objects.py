@@ -24,7 +24,9 @@ selector (spec.nodeName) has real work to do. Measured:
   ``--cpu-periods`` sync periods on an idle runtime, no scrape meanwhile: the agent's against
   the floor's, which makes the same relist calls bare at the same period;
 - with ``--tracemalloc``, the agent runs under bench.agent_traced and the run also gives what
-  of its memory Python allocated, and where (its RSS is then not the deployed agent's);
+  of its memory Python allocated, and where; with ``--cprofile``, under bench.agent_profiled,
+  and the run gives where its event loop's thread spent the CPU window (either way its RSS and
+  CPU are then not the deployed agent's);
   ``--env NAME=VALUE`` sets a variable for both the agent and the floor (MALLOC_ARENA_MAX=2).
 
 Run as root (containerd needs it) on a machine with containerd, runc and busybox-static
@@ -75,6 +77,9 @@ DRIFT_KINDS = frozenset(
 )
 #: Short, so the first drift computation already judges pods and sandboxes created seconds ago.
 DRIFT_GRACE_SECONDS = 1.0
+#: The modules that run the agent to tell where its memory (TRACED) or its CPU (PROFILED) went.
+TRACED = "bench.agent_traced"
+PROFILED = "bench.agent_profiled"
 
 
 def pod_body(name: str, node: str, index: int) -> JSONObject:
@@ -307,10 +312,11 @@ def start_agent(
     stats_period: float,
     log: Path,
     env: dict[str, str],
-    traced: Path | None = None,
+    under: tuple[str, Path] | None = None,
 ) -> ChildProcess:
     """A real ``nodesync agent`` with the API view, as deployed, on the private containerd;
-    under bench.agent_traced, writing its allocations to ``traced``, when given."""
+    when ``under`` is given, run by that module (bench.agent_traced, bench.agent_profiled),
+    which writes its findings to that path."""
     args = (
         "agent",
         "--node.name",
@@ -340,15 +346,16 @@ def start_agent(
     )
     child = (
         nodesync_child(*args, log=log, env=env)
-        if traced is None
-        else python_child("bench.agent_traced", str(traced), *args, log=log, env=env)
+        if under is None
+        else python_child(under[0], str(under[1]), *args, log=log, env=env)
     )
     child.start()
     return child
 
 
-async def traced_allocations(pid: int, out: Path) -> Any:
-    """Ask the agent under bench.agent_traced for its allocations; what it wrote."""
+async def findings(pid: int, out: Path) -> Any:
+    """Ask the agent under bench.agent_traced or bench.agent_profiled for its findings (its
+    allocations now, or the profile since SIGUSR2); what it wrote."""
     os.kill(pid, signal.SIGUSR1)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -356,7 +363,7 @@ async def traced_allocations(pid: int, out: Path) -> Any:
             return json.loads(await asyncio.to_thread(out.read_text))
         except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or half
             await asyncio.sleep(0.1)
-    raise RuntimeError("the traced agent wrote no allocations")
+    raise RuntimeError(f"the agent wrote nothing to {out}")
 
 
 async def time_full_agent(
@@ -367,7 +374,7 @@ async def time_full_agent(
     sync_period: float,
     cpu_periods: int,
     stats: bool = True,
-    traced: Path | None = None,
+    under: tuple[str, Path] | None = None,
 ) -> dict[str, Any]:
     """From the agent's start until /metrics shows the API's pods and a drift of 0; 20
     scrapes, RSS and peak; then, after the grace period and two more cycles, drift again,
@@ -400,8 +407,12 @@ async def time_full_agent(
         rss_end = rss_bytes(pid)
         peak_rss_end = peak_rss_bytes(pid)
         memory = memory_map(pid)
-        allocations = None if traced is None else await traced_allocations(pid, traced)
+        traced = under is not None and under[0] == TRACED
+        allocations = await findings(pid, under[1]) if under is not None and traced else None
+        if under is not None and not traced:
+            os.kill(pid, signal.SIGUSR2)  # bench.agent_profiled: profile the CPU window
         cpu = await cpu_over(pid, cpu_periods * sync_period)
+        profile = await findings(pid, under[1]) if under is not None and not traced else None
     ordered = sorted(scrapes)
     cycles = sample_value(body, b"nodesync_sync_duration_seconds_count") or 0
     cycle_seconds = sample_value(body, b"nodesync_sync_duration_seconds_sum") or 0
@@ -417,6 +428,7 @@ async def time_full_agent(
         "peak_rss_bytes_end": peak_rss_end,
         "memory_map": memory,
         "tracemalloc": allocations,
+        "cprofile": profile,
         "cpu": cpu,
         "drift_zero_after_grace": still_healthy,
         "sync_cycles": cycles,
@@ -479,6 +491,7 @@ async def run(
     cpu_periods: int = 6,
     env: dict[str, str] | None = None,
     tracemalloc: bool = False,
+    cprofile: bool = False,
     argv: list[str] | None = None,
 ) -> dict[str, object]:
     if os.geteuid() != 0:
@@ -508,7 +521,13 @@ async def run(
         port = free_port()
         started = time.monotonic()
         env = env or {}
-        traced = workdir / "allocations.json" if tracemalloc else None
+        under = (
+            (TRACED, workdir / "allocations.json")
+            if tracemalloc
+            else (PROFILED, workdir / "profile.json")
+            if cprofile
+            else None
+        )
         agent = start_agent(
             api,
             containerd,
@@ -518,7 +537,7 @@ async def run(
             stats_period,
             workdir / "agent.log",
             env,
-            traced,
+            under,
         )
         full = await time_full_agent(
             agent,
@@ -528,7 +547,7 @@ async def run(
             sync_period,
             cpu_periods,
             stats_period > 0,
-            traced,
+            under,
         )
         agent.stop()
 
@@ -604,6 +623,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the agent under bench.agent_traced: where Python allocated its memory",
     )
+    parser.add_argument(
+        "--cprofile",
+        action="store_true",
+        help="run the agent under bench.agent_profiled: where its CPU window went",
+    )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
     result = asyncio.run(
@@ -616,6 +640,7 @@ def main(argv: list[str] | None = None) -> int:
             args.cpu_periods,
             env,
             args.tracemalloc,
+            args.cprofile,
             argv,
         )
     )
