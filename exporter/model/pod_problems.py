@@ -131,7 +131,7 @@ def _problems_of(pod: PodInfo, now: float, grace: float) -> list[PodProblem]:
     if pod.deletion_timestamp is not None or pod.terminal:
         return []
     problems: list[PodProblem] = []
-    if _phase(pod.phase) == PodPhase.PENDING.value:
+    if _phase(pod.phase) == _PENDING:
         since = pending_since(pod)
         if now - since <= grace:
             return []
@@ -164,11 +164,16 @@ def _problems_of(pod: PodInfo, now: float, grace: float) -> list[PodProblem]:
     return problems
 
 
+#: Read by every cycle for every pod: built once (an enum's members are slow to walk).
+_KNOWN_PHASES: Final = frozenset(p.value for p in PodPhase)
+_PENDING: Final = PodPhase.PENDING.value
+_UNKNOWN: Final = PodPhase.UNKNOWN.value
+
+
 def _phase(phase: str) -> str:
     if not phase:
-        return PodPhase.PENDING.value
-    known = {p.value for p in PodPhase}
-    return phase if phase in known else PodPhase.UNKNOWN.value
+        return _PENDING
+    return phase if phase in _KNOWN_PHASES else _UNKNOWN
 
 
 def _unique(pods: Iterable[PodInfo]) -> list[PodInfo]:
