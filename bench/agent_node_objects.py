@@ -10,7 +10,9 @@ selector (spec.nodeName) has real work to do. Measured:
 - **full agent**: a real ``nodesync agent`` process with ``--node.name`` and ``--kubeconfig``,
   watching a private real containerd that runs the same pods (same uids as in the API server,
   and a kubelet pod directory for each), timed from process start until /metrics shows every
-  pod Running from the API server, every drift count at 0 and the containers' stats; then its
+  pod Running from the API server, every drift count at 0 and the containers' stats (its
+  kubelet probe asks a stand-in, bench.kubelet_healthz, over a kept connection, as on a node;
+  until 2026-12-06 it went to a port nobody served, a refused connection every probe); then its
   RSS and peak RSS (VmHWM) after 20 scrapes, and a last check, once the drift grace period is
   over and two more cycles ran, that drift is still 0 everywhere (the uids really match), with
   RSS and peak again, the agent's own sync cycles (``nodesync_sync_duration_seconds``) and how
@@ -58,7 +60,7 @@ from bench.harness.exposition import sample_value, samples
 from bench.harness.objects import lease_body, lease_path, registered_node
 from bench.harness.pacing import bounded
 from bench.harness.processes import nodesync_child, python_child
-from bench.harness.readiness import time_until_ready
+from bench.harness.readiness import time_until_ready, wait_port
 from bench.harness.report import command, machine
 from bench.harness.samplers import cpu_over, memory_map, peak_rss_bytes, rss_bytes
 from bench.harness.stats import percentile
@@ -307,6 +309,7 @@ def start_agent(
     api: SimAPIServer,
     containerd: LocalContainerd,
     kubelet_root: Path,
+    healthz: str,
     port: int,
     sync_period: float,
     stats_period: float,
@@ -332,7 +335,7 @@ def start_agent(
         "--kubelet.root-dir",
         str(kubelet_root),
         "--kubelet.healthz-url",
-        f"http://127.0.0.1:{free_port()}/healthz",
+        healthz,
         "--sync.period",
         f"{sync_period}s",
         "--stats.period",
@@ -502,6 +505,7 @@ async def run(
     containerd: LocalContainerd | None = None
     agent: ChildProcess | None = None
     floor: ChildProcess | None = None
+    kubelet: ChildProcess | None = None
     try:
         await api.start()
         started = time.perf_counter()
@@ -517,6 +521,12 @@ async def run(
         runtime_pods_s = time.perf_counter() - started
         kubelet_root = workdir / "kubelet"
         await asyncio.to_thread(make_kubelet_root, kubelet_root, mine)
+        kubelet_port = free_port()
+        kubelet = python_child(
+            "bench.kubelet_healthz", "--port", str(kubelet_port), log=workdir / "kubelet.log"
+        )
+        kubelet.start()
+        await wait_port(kubelet, kubelet_port, within=30)
 
         port = free_port()
         started = time.monotonic()
@@ -532,6 +542,7 @@ async def run(
             api,
             containerd,
             kubelet_root,
+            f"http://127.0.0.1:{kubelet_port}/healthz",
             port,
             sync_period,
             stats_period,
@@ -585,7 +596,7 @@ async def run(
             "load_average_1m_at_end": os.getloadavg()[0],
         }
     finally:
-        for child in (floor, agent):
+        for child in (floor, agent, kubelet):
             if child is not None:
                 child.stop()
         await api.close()
