@@ -43,6 +43,7 @@ NOT_THE_AGENTS = (
     "importlib.metadata",  # how they are found
     "psutil",  # two numbers of /proc/meminfo
     "exporter.cri.pb.api_pb2_grpc",  # every method of the CRI services bound at once
+    "difflib",  # a mistyped flag's hint only
 )
 
 #: ``nodesync agent``'s own command line built (the way ``main`` builds it), then what it runs
@@ -67,6 +68,28 @@ def _loaded(prefixes: tuple[str, ...]) -> str:
 
 def test_the_agents_command_line_and_app_import_nothing_of_the_other_roles() -> None:
     assert _run(AGENT_IMPORTS + _loaded(NOT_THE_AGENTS)) == "[]"
+
+
+def test_the_agent_without_its_api_view_imports_no_kube_boundary() -> None:
+    """Without --node.name the agent has no API side, and no cleanup (which writes through it):
+    neither the kube boundary nor the cleanup is imported by its app."""
+    code = "import sys\nimport exporter.agent.app, exporter.serve\n" + _loaded(
+        ("exporter.kube", "exporter.agent.cleanup", "exporter.model.cleanup")
+    )
+    assert _run(code) == "[]"
+
+
+def test_a_mistyped_flag_still_names_the_flag_it_resembles() -> None:
+    """difflib, imported on that path only, still gives the hint."""
+    code = (
+        "import contextlib, io, sys\n"
+        "import exporter.cli\n"
+        "err = io.StringIO()\n"
+        "with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):\n"
+        "    exporter.cli.main(['agent', '--sync.perod', '5s'])\n"
+        "print('--sync.period' in err.getvalue())\n"
+    )
+    assert _run(code) == "True"
 
 
 def test_every_command_is_still_built_for_the_general_help() -> None:
