@@ -56,6 +56,8 @@ def _sample(reason: bytes) -> bytes:
     return b'nodesync_container_terminations_total{reason="' + reason + b'"} '
 
 
+#: How long ContainerStatus may take to say exited after the kill before the run fails.
+CRI_WITHIN_SECONDS = 30.0
 OOM_COMMAND = ["/bin/sh", "-c", "sleep 0.3; head -c 200m /dev/zero | tail"]
 
 
@@ -104,6 +106,14 @@ async def _pid_of(args: list[str], within: float = 10.0) -> int:
     raise RuntimeError(f"no process runs {args}")
 
 
+async def _trapping(args: list[str], seconds: int) -> int:
+    """The container's shell once it traps SIGTERM: its ``sleep`` runs, which it starts only
+    after the trap. The shell is the container's PID 1, which ignores a signal it has no
+    handler for: killed before its trap, the container would never exit."""
+    await _pid_of(["sleep", str(seconds)])
+    return await _pid_of(args)
+
+
 def _scan(cmdline: bytes) -> int | None:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -142,7 +152,7 @@ async def _rounds(
     for n in range(exits):
         args = ["/bin/sh", "-c", f"trap 'exit 3' TERM; sleep {900000 + n} & wait"]
         await _start(pod, endpoint, ContainerSpec("exits", args))
-        pid = await _pid_of(args)
+        pid = await _trapping(args, 900000 + n)
         before = await _count(port, b"Error")
         killed = time.time()
         os.kill(pid, signal.SIGTERM)
@@ -155,15 +165,19 @@ async def _rounds(
         for n in range(exits // 2):
             args = ["/bin/sh", "-c", f"trap 'exit 3' TERM; sleep {950000 + n} & wait"]
             cid = await _start(pod, endpoint, ContainerSpec("cri", args))
-            pid = await _pid_of(args)
+            pid = await _trapping(args, 950000 + n)
             killed = time.time()
             os.kill(pid, signal.SIGTERM)
-            while True:
+            while time.time() - killed < CRI_WITHIN_SECONDS:
                 status = await runtime.ContainerStatus(
                     api_pb2.ContainerStatusRequest(container_id=cid), timeout=5.0
                 )
                 if status.status.state == api_pb2.CONTAINER_EXITED:
                     break
+            else:
+                raise TimeoutError(
+                    f"container {cid} not exited {CRI_WITHIN_SECONDS} s after the kill"
+                )
             out["exit_cri"].append(time.time() - killed)
     for _ in range(ooms):
         before = await _count(port, b"OOMKilled")
