@@ -53,9 +53,13 @@ def markdown_anchors(text: str) -> list[str]:
         if line.startswith("```"):
             in_code = not in_code
             continue
+        if in_code:
+            continue
         match = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
-        if match and not in_code:
+        if match:
             anchors.append(github_anchor(match.group(1)))
+        # An HTML anchor (<a id="..."></a>) names a place inside a section, as GitHub renders it.
+        anchors += re.findall(r'<a id="([^"]+)"></a>', line)
     return anchors
 
 
