@@ -364,8 +364,9 @@ class Journal:
 
     async def write_outcome(self, key: AlertKey, outcome: str) -> bool:
         """The episode's outcome, written once; False when it had one already."""
-        self._changes += 1
-        return await self._run(write_outcome, key, outcome)
+        written = await self._run(write_outcome, key, outcome)
+        self._changes += 1  # after it: a read that overtook the write is not kept as newer
+        return written
 
     async def outcomes(self) -> list[tuple[DecisionRecord, str]]:
         """The decisions whose episode ended with a counted outcome, each with it."""
