@@ -14,7 +14,6 @@ and no agent removes them."""
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,7 +27,6 @@ from nodesync_sim.real.kube_apiserver import AGENT, LocalKubeAPIServer
 from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
     DONE_WITHOUT_CLEANUP,
-    NODESYNC_EVENTS,
     audited_effects,
     broken_node,
     containers_of,
@@ -94,9 +92,7 @@ def _silent_kubelet(realchain: RealChain, node: RealNode, mark: int, uids: set[s
     _, effects = audited_effects(api, mark, name)
     assert effects[("delete", "nodes", None)] == 1, effects
     assert effects[("create", "pods", "eviction")] == 2, effects
-    about_node = node_rollback_events(realchain, name, cleanup=CLEANED_UP_RUNTIME)
-    nodesync = Counter(e["reason"] for e in about_node if e["reason"].startswith("Nodesync"))
-    assert nodesync == Counter((*NODESYNC_EVENTS, CLEANED_UP_RUNTIME)), nodesync
+    node_rollback_events(realchain, name, cleanup=CLEANED_UP_RUNTIME)
 
     # The kubelet, resumed and restarted, registers a new Node.
     node.restart_kubelet()
