@@ -18,7 +18,8 @@ from exporter.agent.exposition import agent_families
 from exporter.agent.keys import CLEANUP, REGISTRY, SETTINGS, SYNC
 from exporter.agent.runtime_events import RuntimeEvents
 from exporter.agent.settings import AgentSettings
-from exporter.agent.sync import SOURCE_CRI, TRIGGERS, AgentSync
+from exporter.agent.sources import SOURCE_CRI
+from exporter.agent.sync import TRIGGERS, AgentSync
 from exporter.cri.client import CRIClient
 from exporter.cri.events import subscribe
 from exporter.cri.snapshot import RuntimeReader

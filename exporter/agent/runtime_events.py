@@ -1,8 +1,10 @@
 """The agent's subscription to containerd's task events: a change published at once.
 
-On each task start, exit or OOM kill (exporter.model.runtime_events) the agent asks the sync
-loop for a runtime cycle now (:meth:`exporter.agent.sync.AgentSync.request_sync`) and reads
-again, a little later each time, until the listing shows what the event said or
+On a container's exit or OOM kill the sync loop publishes what the event says at once
+(:meth:`exporter.agent.sync.AgentSync.tell`, exporter.model.told_exits). On each task start, exit
+or OOM kill (exporter.model.runtime_events) the agent also asks the sync loop for a runtime cycle
+now (:meth:`exporter.agent.sync.AgentSync.request_sync`) and reads again, a little later each
+time, until the listing shows what the event said or
 :data:`~exporter.model.runtime_events.SHOWN_WITHIN_SECONDS` passed since the last read that
 worked: containerd's CRI plugin handles the same event on its own and may not show it yet,
 and a runtime busy with a storm of exits may miss a read's deadline. Events that come together share
@@ -56,6 +58,10 @@ REREAD_YOUNG_SECONDS: Final = 1.0
 class SyncRequester(Protocol):
     def request_sync(self, trigger: str = TRIGGER_EVENT) -> asyncio.Future[AgentState]: ...
 
+    def tell(self, event: TaskEvent) -> None: ...
+
+    def subscribed(self, since: float | None) -> None: ...
+
 
 class EventObserver(Protocol):
     def set_up(self, up: bool) -> None: ...
@@ -74,11 +80,13 @@ class RuntimeEvents:
         observer: EventObserver,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._subscribe = subscribe
         self._sync = sync
         self._observer = observer
         self._clock = clock
+        self._wall = wall
         self._oom = OomDeduplicator()
         self._pending: list[tuple[TaskEvent, float]] = []  # event, deadline (clock)
         self._arrived = asyncio.Event()
@@ -108,6 +116,7 @@ class RuntimeEvents:
                 await cancel_and_wait([reader])
             if self.subscribed:
                 self.subscribed = False
+                self._sync.subscribed(None)
                 self._observer.set_up(False)
             if isinstance(error, Unimplemented):
                 log.warning(
@@ -127,6 +136,7 @@ class RuntimeEvents:
             log.info("task events subscribed again")
         self._failing = False
         self.subscribed = True
+        self._sync.subscribed(self._wall())  # an event from now on reaches it
         self._observer.set_up(True)
         # What happened while not subscribed shows in a relist.
         self._sync.request_sync(TRIGGER_RESUBSCRIBE)
@@ -153,6 +163,7 @@ class RuntimeEvents:
         self._observer.event(event.short_topic)
         if not event.of_init_process:
             return
+        self._sync.tell(event)
         self._pending.append((event, self._clock() + SHOWN_WITHIN_SECONDS))
         self._arrived.set()
 
@@ -166,7 +177,7 @@ class RuntimeEvents:
             batch, self._pending = self._pending, []
             state = await self._sync.request_sync(TRIGGER_EVENT)
             now = self._clock()
-            snapshot = state.runtime
+            snapshot = state.listing
             if snapshot is None:  # the read failed: every event waits for one that works
                 left = [
                     (event, max(deadline, now + SHOWN_WITHIN_SECONDS)) for event, deadline in batch

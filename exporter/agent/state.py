@@ -25,6 +25,9 @@ class AgentState:
     scrapes read the latest one."""
 
     runtime: RuntimeSnapshot | None = None
+    # The runtime's own listing, before what task events told of exits not shown yet
+    # (exporter.model.told_exits); None when the last read failed.
+    listing: RuntimeSnapshot | None = None
     # The containers' resource usage, read on its own period; None when stats are off, not
     # read yet, or the last read failed.
     stats: RuntimeStats | None = None

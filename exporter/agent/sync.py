@@ -11,8 +11,10 @@ and a sync cycle (:meth:`AgentSync.sync_runtime`) costs about the CRI calls it m
 A runtime cycle runs at its period, or at once when asked (:meth:`AgentSync.request_sync`):
 containerd's task events (exporter.agent.runtime_events) ask for one the moment a container
 starts, exits or is OOM-killed, so a change is published without waiting for the period. Either
-way the cycle is the same read, so the published state is what a periodic relist would show;
-a cycle that found the listing changed is counted by what started it (``trigger``).
+way the cycle is the same read, and a cycle that found the listing changed is counted by what
+started it (``trigger``). An exit or OOM kill is published even sooner, from the event itself
+(:meth:`AgentSync.tell`, exporter.model.told_exits), over the listing last read; the listing
+that then shows it replaces what the event told.
 
 The containers' resource usage (CRI ListContainerStats) is not part of a sync cycle: at 110
 pods it costs containerd and its shims ~100x the state calls, so it is refreshed on a period
@@ -29,6 +31,15 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from exporter.agent.drift_view import DriftView
+from exporter.agent.sources import (
+    SOURCE_APISERVER,
+    SOURCE_CRI,
+    SOURCE_HOST,
+    SOURCE_KUBELET,
+    log_source_error,
+    source_state,
+    was_up,
+)
 from exporter.agent.state import AgentState, SourceState
 from exporter.cri.errors import CRIError
 from exporter.model.drift import DEFAULT_GRACE_SECONDS
@@ -38,15 +49,13 @@ from exporter.model.phase import PodPhase, phase_counts, pods_by_uid
 from exporter.model.pod_problems import api_phase_counts, pod_problems
 from exporter.model.pressure import pressure
 from exporter.model.runtime import Container, PodSandbox, RuntimeSnapshot, RuntimeStats
+from exporter.model.runtime_events import TaskEvent
 from exporter.model.terminations import TerminationTracker
+from exporter.model.told_exits import ToldExits
 from exporter.tasks import wait_set
 
 log = logging.getLogger(__name__)
 
-SOURCE_CRI = "runtime"
-SOURCE_HOST = "host"
-SOURCE_KUBELET = "kubelet"
-SOURCE_APISERVER = "apiserver"
 
 TRIGGER_PERIOD = "period"
 TRIGGER_EVENT = "event"
@@ -118,6 +127,8 @@ class AgentSync:
         self._terminations = TerminationTracker()
         self._known_pod_uids: frozenset[str] = frozenset()
         self._listed: tuple[tuple[PodSandbox, ...], tuple[Container, ...]] | None = None
+        self._phases_of: tuple[Container, ...] | None = None  # the containers of _phases
+        self._told = ToldExits()
         self._phases: dict[PodPhase, int] = {}
         self._sources: dict[str, SourceState] = {}
         self._host: HostSnapshot | None = None
@@ -166,22 +177,53 @@ class AgentSync:
                 if not waiter.done():
                     waiter.set_result(self._state)
 
+    def subscribed(self, since: float | None) -> None:
+        """Every task event after ``since`` (Unix seconds) reaches :meth:`tell`; None while
+        the agent is not subscribed."""
+        self._told.subscribed(since)
+
+    def tell(self, event: TaskEvent) -> None:
+        """Publish at once what a container's exit or OOM kill event says, over the listing
+        last read (exporter.model.told_exits); the reads the event asks for confirm it."""
+        now = self._clock()
+        listing = self._state.listing
+        if not self._told.tell(event, now) or listing is None:
+            return
+        snapshot = self._told.apply(listing, now)
+        if snapshot is listing and self._state.runtime is listing:
+            return
+        self._terminations.observe(snapshot.containers, now)
+        self._observe_listing(snapshot, listing)
+        self._publish(snapshot, listing, now)
+
     async def _sync_runtime(self, trigger: str) -> AgentState:
         started = time.perf_counter()
         runtime = await self._read_runtime()
         now = self._clock()
         previous = self._state.sources.get(SOURCE_CRI)
-        self._sources[SOURCE_CRI] = _source(previous, runtime, now)
+        self._sources[SOURCE_CRI] = source_state(previous, runtime, now)
         self._sources[SOURCE_APISERVER] = self._api_source()
-        snapshot = runtime if isinstance(runtime, RuntimeSnapshot) else None
-        if snapshot is not None:
-            if self._observe_listing(snapshot) and self._changes is not None:
+        listing = runtime if isinstance(runtime, RuntimeSnapshot) else None
+        snapshot = None
+        if listing is not None:
+            snapshot = self._told.apply(listing, now)
+            if self._observe_listing(snapshot, listing) and self._changes is not None:
                 self._changes.changed(trigger)
             self._terminations.observe(snapshot.containers, now)
+        self._publish(snapshot, listing, now)
+        self._durations.observe(time.perf_counter() - started)
+        self.last_runtime_end = time.monotonic()
+        self._synced.set()
+        return self._state
+
+    def _publish(
+        self, snapshot: RuntimeSnapshot | None, listing: RuntimeSnapshot | None, now: float
+    ) -> None:
         host, kubelet = self._host, self._kubelet_snapshot
         pods = self._api.pods() if self._api is not None else None
         self._state = AgentState(
             runtime=snapshot,
+            listing=listing,
             stats=self._stats,
             phases=self._phases
             if snapshot is not None
@@ -197,18 +239,14 @@ class AgentSync:
             drift=self._drift.compute(pods, snapshot, kubelet, now),
             synced=True,
         )
-        self._durations.observe(time.perf_counter() - started)
-        self.last_runtime_end = time.monotonic()
-        self._synced.set()
-        return self._state
 
     async def probe_node(self) -> AgentState:
         """Read the host and kubelet (concurrently) and publish them into the current state."""
         host, kubelet = await asyncio.gather(self._read_host_safely(), self._read_kubelet())
         now = self._clock()
         previous = self._state.sources
-        self._sources[SOURCE_HOST] = _source(previous.get(SOURCE_HOST), host, now)
-        self._sources[SOURCE_KUBELET] = _source(previous.get(SOURCE_KUBELET), kubelet, now)
+        self._sources[SOURCE_HOST] = source_state(previous.get(SOURCE_HOST), host, now)
+        self._sources[SOURCE_KUBELET] = source_state(previous.get(SOURCE_KUBELET), kubelet, now)
         self._host = host if isinstance(host, HostSnapshot) else None
         self._kubelet_snapshot = kubelet if isinstance(kubelet, KubeletSnapshot) else None
         if self._state.synced:  # before the first sync cycle the state stays the empty one
@@ -229,17 +267,23 @@ class AgentSync:
             return None
         return min(self.last_runtime_end, self.last_probe_end)
 
-    def _observe_listing(self, snapshot: RuntimeSnapshot) -> bool:
-        """Pods and their phases from a listing, and whether it changed since a previous one;
-        none of it again when unchanged (the reader hands back the same tuples)."""
+    def _observe_listing(self, snapshot: RuntimeSnapshot, listing: RuntimeSnapshot) -> bool:
+        """Pods and their phases from what is published (``snapshot``: the runtime's
+        ``listing`` with what events told), and whether the listing changed since a previous
+        one; none of it again when unchanged (the reader hands back the same tuples)."""
         listed = self._listed
-        unchanged = listed is not None and listed[0] is snapshot.sandboxes
-        if unchanged and listed is not None and listed[1] is snapshot.containers:
+        unchanged = (
+            listed is not None
+            and listed[0] is listing.sandboxes
+            and listed[1] is listing.containers
+        )
+        if unchanged and self._phases_of is snapshot.containers:
             return False
-        self._listed = (snapshot.sandboxes, snapshot.containers)
+        self._listed = (listing.sandboxes, listing.containers)
+        self._phases_of = snapshot.containers
         self._known_pod_uids = frozenset(pods_by_uid(snapshot))
         self._phases = phase_counts(snapshot, self._known_pod_uids)
-        return listed is not None
+        return listed is not None and not unchanged
 
     def _api_source(self) -> SourceState:
         if self._api is None:
@@ -321,23 +365,23 @@ class AgentSync:
         try:
             return await self._runtime.read()
         except CRIError as exc:
-            _log_source_error(self._state.sources.get(SOURCE_CRI), SOURCE_CRI, exc)
+            log_source_error(self._state.sources.get(SOURCE_CRI), SOURCE_CRI, exc)
             return exc
 
     async def _read_host_safely(self) -> HostSnapshot | Exception:
         try:
             return await asyncio.to_thread(self._read_host)
         except OSError as exc:
-            _log_source_error(self._state.sources.get(SOURCE_HOST), SOURCE_HOST, exc)
+            log_source_error(self._state.sources.get(SOURCE_HOST), SOURCE_HOST, exc)
             return exc
 
     async def _read_kubelet(self) -> KubeletSnapshot | Exception:
         try:
             snapshot = await self._kubelet.read()
         except OSError as exc:
-            _log_source_error(self._state.sources.get(SOURCE_KUBELET), SOURCE_KUBELET, exc)
+            log_source_error(self._state.sources.get(SOURCE_KUBELET), SOURCE_KUBELET, exc)
             return exc
-        if not snapshot.healthy and _was_up(self._state.sources.get(SOURCE_KUBELET)):
+        if not snapshot.healthy and was_up(self._state.sources.get(SOURCE_KUBELET)):
             log.warning("kubelet healthz failing", extra={"error": snapshot.error})
         return snapshot
 
@@ -347,32 +391,3 @@ async def _guarded(cycle: Callable[[], Awaitable[object]], failed: str) -> None:
         await cycle()
     except Exception:  # a bug in one cycle must not kill its loop
         log.exception(failed)
-
-
-def _source(previous: SourceState | None, result: object, now: float) -> SourceState:
-    last = previous.last_success if previous else None
-    if isinstance(result, Exception):
-        return SourceState(up=False, last_success=last, error=str(result))
-    if isinstance(result, KubeletSnapshot) and not result.healthy:
-        return SourceState(up=False, last_success=last, error=result.error or "healthz failed")
-    if previous is not None and not previous.up:
-        log.info("source recovered", extra={"source": _name_of(result)})
-    return SourceState(up=True, last_success=now)
-
-
-def _name_of(result: object) -> str:
-    if isinstance(result, RuntimeSnapshot):
-        return SOURCE_CRI
-    if isinstance(result, HostSnapshot):
-        return SOURCE_HOST
-    return SOURCE_KUBELET
-
-
-def _was_up(previous: SourceState | None) -> bool:
-    return previous is None or previous.up
-
-
-def _log_source_error(previous: SourceState | None, source: str, exc: Exception) -> None:
-    # Log the transition to down loudly, repeats quietly: a dead runtime must not flood logs.
-    level = logging.WARNING if _was_up(previous) else logging.DEBUG
-    log.log(level, "source read failed", extra={"source": source, "error": str(exc)})

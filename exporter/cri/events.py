@@ -55,8 +55,17 @@ def task_event(envelope: events_pb2.Envelope) -> TaskEvent | None:
     except DecodeError:
         return None
     published_at = envelope.timestamp.seconds + envelope.timestamp.nanos / 1e9
-    process_id = payload.id if isinstance(payload, task_events_pb2.TaskExit) else ""
-    return TaskEvent(envelope.topic, payload.container_id, published_at, process_id)
+    if not isinstance(payload, task_events_pb2.TaskExit):
+        return TaskEvent(envelope.topic, payload.container_id, published_at)
+    exited = payload.exited_at
+    return TaskEvent(
+        envelope.topic,
+        payload.container_id,
+        published_at,
+        payload.id,
+        exit_status=payload.exit_status,
+        exited_at=exited.seconds + exited.nanos / 1e9 if exited.seconds else None,
+    )
 
 
 async def subscribe(client: CRIClient, namespace: str = CRI_NAMESPACE) -> AsyncIterator[TaskEvent]:

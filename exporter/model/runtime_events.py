@@ -2,11 +2,13 @@
 listing shows it.
 
 The agent subscribes to containerd's events service (exporter.cri.events) for the topics below
-in the CRI's namespace. An event is a hint: the agent then reads the runtime's state through
-the CRI, the same read as a periodic relist, so what /metrics shows never depends on the event
-itself. containerd's CRI plugin handles the same events on its own, so a read made at once may
-not show the change yet: :func:`shown` says when it does, and the agent reads again until then
-(:data:`SHOWN_WITHIN_SECONDS` at most; the periodic relist remains the safety net).
+in the CRI's namespace. An exit or OOM kill is published from the event at once
+(exporter.model.told_exits: it carries all the CRI's exited record will say); every event also
+has the agent read the runtime's state through the CRI, the same read as a periodic relist,
+whose record then stands. containerd's CRI plugin handles the same events on its own, so a read
+made at once may not show the change yet: :func:`shown` says when it does, and the agent reads
+again until then (:data:`SHOWN_WITHIN_SECONDS` at most; the periodic relist remains the safety
+net).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class TaskEvent:
     """containerd's timestamp of the event, Unix seconds."""
     process_id: str = ""
     """For /tasks/exit: the exited process (the container's id for its init process)."""
+    exit_status: int | None = None
+    """For /tasks/exit: the process's exit status (128 + the signal that ended it)."""
+    exited_at: float | None = None
+    """For /tasks/exit: when the process exited, Unix seconds."""
 
     @property
     def short_topic(self) -> str:

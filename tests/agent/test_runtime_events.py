@@ -21,18 +21,27 @@ from tests.support.wait import until_async
 
 
 class Sync:
-    """Answers each request with a snapshot listing ``containers`` as they are then."""
+    """Answers each request with a snapshot listing ``containers`` as they are then, and
+    records what it is told."""
 
     def __init__(self) -> None:
         self.requests: list[str] = []
         self.containers: tuple[Container, ...] = ()
+        self.told: list[TaskEvent] = []
+        self.since: list[float | None] = []
 
     def request_sync(self, trigger: str = TRIGGER_EVENT) -> asyncio.Future[AgentState]:
         self.requests.append(trigger)
         snapshot = RuntimeSnapshot(1.0, None, (), (), self.containers)
         done: asyncio.Future[AgentState] = asyncio.get_running_loop().create_future()
-        done.set_result(AgentState(runtime=snapshot, synced=True))
+        done.set_result(AgentState(runtime=snapshot, listing=snapshot, synced=True))
         return done
+
+    def tell(self, event: TaskEvent) -> None:
+        self.told.append(event)
+
+    def subscribed(self, since: float | None) -> None:
+        self.since.append(since)
 
 
 class Observer:
@@ -84,13 +93,14 @@ async def test_events_ask_for_cycles_until_the_listing_shows_them() -> None:
 
     sync, observer = Sync(), Observer()
     sync.containers = (_container("c1", ContainerState.RUNNING),)
-    driver = RuntimeEvents(stream, sync, observer)
+    driver = RuntimeEvents(stream, sync, observer, wall=lambda: 99.0)
     task = asyncio.create_task(driver.run())
     try:
         await until_async(
             lambda: observer.up == [False, True], timeout=5.0, what="the subscription to come up"
         )
         assert sync.requests == [TRIGGER_RESUBSCRIBE]  # the relist once subscribed
+        assert sync.since == [99.0]  # every event from then on reaches it
         feed.put_nowait(TaskEvent(TOPIC_OOM, "c1", 100.0))
         feed.put_nowait(TaskEvent(TOPIC_OOM, "c1", 100.01))  # the same OOM kill again
         feed.put_nowait(TaskEvent(TOPIC_EXIT, "c1", 100.02, "exec-1"))  # an exec's exit
@@ -98,6 +108,8 @@ async def test_events_ask_for_cycles_until_the_listing_shows_them() -> None:
             lambda: len(observer.events) == 2, timeout=5.0, what="two events observed"
         )
         assert observer.events == ["oom", "exit"]
+        # Told to the sync loop: the OOM kill once, not the exec's exit.
+        assert sync.told == [TaskEvent(TOPIC_OOM, "c1", 100.0)]
         # c1 is still listed running: the driver reads again, and again.
         await until_async(
             lambda: sync.requests.count(TRIGGER_EVENT) >= 3, timeout=5.0, what="three event cycles"
@@ -107,6 +119,26 @@ async def test_events_ask_for_cycles_until_the_listing_shows_them() -> None:
         settled = len(sync.requests)
         await asyncio.sleep(0.5)
         assert len(sync.requests) == settled  # shown: no more reads
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_ended_subscription_tells_the_sync_loop_events_may_be_missed() -> None:
+    end = asyncio.Event()
+
+    async def until_ended() -> AsyncIterator[TaskEvent]:
+        await end.wait()
+        raise RuntimeUnavailable("events_subscribe", "UNAVAILABLE")
+        yield
+
+    sync, observer = Sync(), Observer()
+    task = asyncio.create_task(RuntimeEvents(until_ended, sync, observer, wall=lambda: 7.0).run())
+    try:
+        await until_async(lambda: sync.since == [7.0], timeout=5.0, what="the subscription")
+        end.set()  # containerd went away; its next subscriptions fail at once
+        await until_async(lambda: observer.up == [False, True, False], timeout=5.0, what="down")
+        assert sync.since == [7.0, None]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -137,3 +169,4 @@ async def test_an_ended_subscription_is_renewed_with_a_growing_delay(
     assert gaps[2] >= 2 * gaps[0] * 0.9  # doubling
     assert observer.up == [False]
     assert sync.requests == []
+    assert sync.since == []  # never subscribed: nothing is complete

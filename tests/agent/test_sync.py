@@ -24,6 +24,7 @@ from exporter.model.runtime import (
     RuntimeStats,
     SandboxState,
 )
+from exporter.model.runtime_events import TOPIC_EXIT, TaskEvent
 from tests.support.wait import until_async
 
 NOW = 1_700_000_000.0
@@ -321,6 +322,62 @@ async def test_an_unchanged_listing_keeps_its_phases_and_a_change_is_seen() -> N
     assert state.phases[PodPhase.RUNNING] == 0
     assert state.terminations["Error"] == 1
     assert (await sync.sync_once()).terminations["Error"] == 1  # counted once
+
+
+class Changes:
+    def __init__(self) -> None:
+        self.triggers: list[str] = []
+
+    def changed(self, trigger: str) -> None:
+        self.triggers.append(trigger)
+
+
+async def test_an_exit_event_is_published_at_once_and_the_listing_then_stands() -> None:
+    runtime, changes = ListingRuntime(), Changes()
+    sync = AgentSync(runtime, FakeKubelet(), _host, Durations(), clock=lambda: NOW, changes=changes)
+    sync.subscribed(NOW - 100)
+    listed = await sync.sync_once()
+    (container,) = runtime.snapshot.containers
+    sync.tell(TaskEvent(TOPIC_EXIT, "c1", NOW, "c1", exit_status=1, exited_at=NOW - 0.01))
+    # Published before any read: the pod failed, its termination counted.
+    told = sync.state
+    assert told is not listed
+    assert told.listing is listed.listing  # the runtime's own listing, as read
+    assert told.phases[PodPhase.FAILED] == 1
+    assert told.terminations["Error"] == 1
+    assert changes.triggers == []  # a change told, not a cycle that found one
+    # A read whose listing still shows it running keeps what was told, counted once.
+    again = await sync.sync_once()
+    assert again.runtime is not None
+    assert again.runtime.containers[0].state is ContainerState.EXITED
+    assert (again.phases[PodPhase.FAILED], again.terminations["Error"]) == (1, 1)
+    assert changes.triggers == []
+    # The listing shows the exit: the runtime's own record is published, still counted once.
+    done = dataclasses.replace(
+        container, state=ContainerState.EXITED, exit_code=1, reason="Error", finished_at=NOW
+    )
+    runtime.snapshot = dataclasses.replace(runtime.snapshot, containers=(done,))
+    shown = await sync.sync_once()
+    assert shown.runtime is shown.listing is runtime.snapshot
+    assert (shown.phases[PodPhase.FAILED], shown.terminations["Error"]) == (1, 1)
+    assert changes.triggers == ["period"]
+
+
+async def test_an_event_before_the_first_read_or_after_a_failed_one_publishes_nothing() -> None:
+    runtime = FakeRuntime()
+    sync = _sync(runtime, FakeKubelet(), Durations())
+    sync.subscribed(NOW - 100)
+    exit_ = TaskEvent(TOPIC_EXIT, "c1", NOW, "c1", exit_status=1, exited_at=NOW)
+    sync.tell(exit_)
+    assert not sync.state.synced
+    await sync.sync_once()  # the listing shows c1 running; the exit told before stands over it
+    assert sync.state.terminations["Error"] == 1
+    runtime.fail = True
+    down = await sync.sync_once()
+    sync.tell(exit_)
+    assert sync.state is down
+    assert down.runtime is None
+    assert down.listing is None
 
 
 async def test_a_hung_kubelet_probe_does_not_hold_the_runtime_cycles() -> None:

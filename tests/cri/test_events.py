@@ -18,10 +18,22 @@ def _envelope(topic: str, type_url: str, payload: bytes) -> events_pb2.Envelope:
 
 def test_an_exit_decodes_with_its_process_and_time() -> None:
     exit_ = task_events_pb2.TaskExit(container_id="c1", id="c1", pid=42, exit_status=137)
+    exit_.exited_at.seconds, exit_.exited_at.nanos = 1_699_999_999, 500_000_000
     event = task_event(
         _envelope(TOPIC_EXIT, "containerd.events.TaskExit", exit_.SerializeToString())
     )
-    assert event == TaskEvent(TOPIC_EXIT, "c1", 1_700_000_000.25, "c1")
+    assert event == TaskEvent(
+        TOPIC_EXIT, "c1", 1_700_000_000.25, "c1", exit_status=137, exited_at=1_699_999_999.5
+    )
+
+
+def test_an_exit_without_its_time_has_none() -> None:
+    exit_ = task_events_pb2.TaskExit(container_id="c1", id="e1", exit_status=0)
+    event = task_event(
+        _envelope(TOPIC_EXIT, "containerd.events.TaskExit", exit_.SerializeToString())
+    )
+    assert event == TaskEvent(TOPIC_EXIT, "c1", 1_700_000_000.25, "e1", exit_status=0)
+    assert not event.of_init_process
 
 
 def test_an_oom_decodes() -> None:

@@ -35,7 +35,8 @@ from prometheus_client.samples import Sample
 from exporter import __version__
 from exporter.agent.cleanup import CleanupAPI, NodeCleanup
 from exporter.agent.exposition import agent_families
-from exporter.agent.sync import SOURCE_CRI, AgentSync
+from exporter.agent.sources import SOURCE_CRI
+from exporter.agent.sync import AgentSync
 from exporter.cri.errors import NotFound, RuntimeTimeout
 from exporter.metrics.collector import SnapshotCollector
 from exporter.metrics.cri_requests import SyncMetrics
