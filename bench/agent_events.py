@@ -136,6 +136,17 @@ async def _counted(port: int, reason: bytes, above: float, within: float = 30.0)
     raise TimeoutError(f"the agent did not count a {reason.decode()} within {within} s")
 
 
+async def _arrival(seen: dict[str, float], cid: str, within: float = 10.0) -> float:
+    """When the bare subscriber got ``cid``'s event: the agent, publishing from the same event,
+    can show it before this process's own subscriber task has run."""
+    deadline = time.monotonic() + within
+    while cid not in seen:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the bare subscriber got no event of {cid} within {within} s")
+        await asyncio.sleep(0.001)
+    return seen[cid]
+
+
 async def _start(pod: Pod, endpoint: str, spec: ContainerSpec) -> str:
     pod.specs[spec.name] = spec
     pod.attempts.setdefault(spec.name, -1)
@@ -149,6 +160,7 @@ async def _rounds(
     pod = await run_pod(endpoint, "bench-events", "bench", str(uuid.uuid4()), [])
     out: dict[str, list[float]] = {k: [] for k in ("exit_bare", "exit_agent", "oom_agent")}
     out["exit_cri"] = []
+    out["oom_exit_bare"] = []
     for n in range(exits):
         args = ["/bin/sh", "-c", f"trap 'exit 3' TERM; sleep {900000 + n} & wait"]
         await _start(pod, endpoint, ContainerSpec("exits", args))
@@ -159,7 +171,7 @@ async def _rounds(
         visible = await _counted(port, b"Error", before)
         cid = pod.container_ids["exits"]
         out["exit_agent"].append(visible - killed)
-        out["exit_bare"].append(bare.exits[cid] - killed)
+        out["exit_bare"].append(await _arrival(bare.exits, cid) - killed)
     async with grpc.aio.insecure_channel(endpoint) as channel:
         runtime = api_pb2_grpc.RuntimeServiceStub(channel)
         for n in range(exits // 2):
@@ -182,9 +194,21 @@ async def _rounds(
     for _ in range(ooms):
         before = await _count(port, b"OOMKilled")
         await _start(pod, endpoint, ContainerSpec("ooms", OOM_COMMAND, 32 * 1024 * 1024))
-        visible = await _counted(port, b"OOMKilled", before)
         cid = pod.container_ids["ooms"]
-        out["oom_agent"].append(visible - bare.ooms[cid])
+        try:
+            visible = await _counted(port, b"OOMKilled", before)
+        except TimeoutError as exc:
+            body = await asyncio.to_thread(scrape, port)
+            counts = [ln for ln in body.splitlines() if ln.startswith(b"nodesync_container_")]
+            raise TimeoutError(
+                f"{exc}: container {cid}, its OOM seen by the bare subscriber "
+                f"{cid in bare.ooms}, its exit {cid in bare.exits}; the agent's {counts}"
+            ) from exc
+        oomed = await _arrival(bare.ooms, cid)
+        out["oom_agent"].append(visible - oomed)
+        # The container's exit comes after its OOM event by what the kernel takes to kill and
+        # the runtime to reap: no termination can be shown before it.
+        out["oom_exit_bare"].append(await _arrival(bare.exits, cid) - oomed)
     return out
 
 
@@ -245,6 +269,13 @@ async def run(
                 [a - b for a, b in zip(measured["exit_agent"], measured["exit_bare"], strict=True)]
             ),
             "oom_event_to_agent_metrics": summary_ms(measured["oom_agent"]),
+            "oom_event_to_exit_at_bare_subscriber": summary_ms(measured["oom_exit_bare"]),
+            "oom_exit_at_bare_subscriber_to_agent_metrics": summary_ms(
+                [
+                    a - b
+                    for a, b in zip(measured["oom_agent"], measured["oom_exit_bare"], strict=True)
+                ]
+            ),
             "agent_peak_rss_bytes": rss,
             "load_average_1m_at_end": os.getloadavg()[0],
         }

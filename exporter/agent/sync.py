@@ -182,19 +182,21 @@ class AgentSync:
         the agent is not subscribed."""
         self._told.subscribed(since)
 
-    def tell(self, event: TaskEvent) -> None:
+    def tell(self, event: TaskEvent) -> bool:
         """Publish at once what a container's exit or OOM kill event says, over the listing
-        last read (exporter.model.told_exits); the reads the event asks for confirm it."""
+        last read (exporter.model.told_exits); the reads the event asks for confirm it.
+        Whether what was published changed."""
         now = self._clock()
         listing = self._state.listing
         if not self._told.tell(event, now) or listing is None:
-            return
+            return False
         snapshot = self._told.apply(listing, now)
         if snapshot is listing and self._state.runtime is listing:
-            return
+            return False
         self._terminations.observe(snapshot.containers, now)
         self._observe_listing(snapshot, listing)
         self._publish(snapshot, listing, now)
+        return True
 
     async def _sync_runtime(self, trigger: str) -> AgentState:
         started = time.perf_counter()

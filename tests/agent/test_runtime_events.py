@@ -29,6 +29,7 @@ class Sync:
         self.containers: tuple[Container, ...] = ()
         self.told: list[TaskEvent] = []
         self.since: list[float | None] = []
+        self.publishes = False  # whether a told event changes what is published
 
     def request_sync(self, trigger: str = TRIGGER_EVENT) -> asyncio.Future[AgentState]:
         self.requests.append(trigger)
@@ -37,8 +38,9 @@ class Sync:
         done.set_result(AgentState(runtime=snapshot, listing=snapshot, synced=True))
         return done
 
-    def tell(self, event: TaskEvent) -> None:
+    def tell(self, event: TaskEvent) -> bool:
         self.told.append(event)
+        return self.publishes
 
     def subscribed(self, since: float | None) -> None:
         self.since.append(since)
@@ -119,6 +121,32 @@ async def test_events_ask_for_cycles_until_the_listing_shows_them() -> None:
         settled = len(sync.requests)
         await asyncio.sleep(0.5)
         assert len(sync.requests) == settled  # shown: no more reads
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_exit_published_from_its_event_is_read_from_the_runtime_later() -> None:
+    feed: asyncio.Queue[TaskEvent] = asyncio.Queue()
+
+    async def stream() -> AsyncIterator[TaskEvent]:
+        while True:
+            yield await feed.get()
+
+    sync, observer = Sync(), Observer()
+    sync.publishes = True
+    sync.containers = (_container("c1", ContainerState.RUNNING),)
+    task = asyncio.create_task(RuntimeEvents(stream, sync, observer, told_read_after=2.0).run())
+    try:
+        await until_async(lambda: observer.up == [False, True], timeout=5.0, what="subscribed")
+        exit_ = TaskEvent(TOPIC_EXIT, "c1", 100.0, "c1", exit_status=1, exited_at=100.0)
+        feed.put_nowait(exit_)
+        await until_async(lambda: sync.told == [exit_], timeout=5.0, what="the exit told")
+        assert sync.requests == [TRIGGER_RESUBSCRIBE]  # no read in the scrapes' milliseconds
+        # Then the reads until the listing shows it, as for any event.
+        await until_async(
+            lambda: sync.requests.count(TRIGGER_EVENT) >= 2, timeout=5.0, what="the reads"
+        )
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
