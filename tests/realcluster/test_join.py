@@ -16,6 +16,7 @@ import pytest
 from exporter.model.rfc3339 import parse_time
 from nodesync_sim.real.cluster import condition
 from nodesync_sim.real.containerd import release_of
+from nodesync_sim.real.node import RealNode
 from tests.realcluster.helpers import (
     audit_mark,
     create_pod,
@@ -61,6 +62,21 @@ def test_a_join_that_works(realchain: RealChain, containerd_release: Release) ->
         what=JOINS_READY,
     )
     node = realchain.join(containerd_bin_dir=containerd_release.bin_dir)
+    # Not kept for later tests, and gone even when this one fails (a node left behind would
+    # take the next test's pods): kubelet 1.20 keeps the deleted pods' stopped sandboxes until
+    # its garbage collection (every minute), which the agent, with this suite's 10 s drift
+    # grace, reports as orphans; a kept node would draw a cleanup into the next test (the join
+    # on the next release asserts that nodesync writes nothing at all).
+    try:
+        _joined(realchain, containerd_release, node, mark, judged_before)
+    finally:
+        realchain.leave(node)
+
+
+def _joined(
+    realchain: RealChain, release: Release, node: RealNode, mark: int, judged_before: float
+) -> None:
+    api = realchain.api
     name = node.name
     sel = f'node="{name}"'
 
@@ -78,7 +94,7 @@ def test_a_join_that_works(realchain: RealChain, containerd_release: Release) ->
         runtime = found["status"]["nodeInfo"]["containerRuntimeVersion"]
         scheme, _, version = runtime.partition("://")
         assert scheme == "containerd", runtime
-        assert release_of(f"containerd - {version}") == containerd_release.name, runtime
+        assert release_of(f"containerd - {version}") == release.name, runtime
         assert all(p["spec"]["nodeName"] == name for p in running)
         # kubelet wrote the pod directories the agent reads, in the node's own root.
         uids = {p["metadata"]["uid"] for p in running}
@@ -164,11 +180,6 @@ def test_a_join_that_works(realchain: RealChain, containerd_release: Release) ->
         writes = [e for e in events if e["verb"] in ("create", "update", "patch", "delete")]
         assert writes == [], [(w["verb"], w["requestURI"]) for w in writes]
         assert refused(events) == []
-    # Not kept for later tests: kubelet 1.20 keeps the deleted pods' stopped sandboxes until its
-    # garbage collection (every minute), which the agent, with this suite's 10 s drift grace,
-    # reports as orphans; a kept node would draw a cleanup into the next test (the join on the
-    # next release asserts that nodesync writes nothing at all).
-    realchain.leave(node)
 
 
 def _check_join_stages(

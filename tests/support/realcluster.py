@@ -76,7 +76,10 @@ START_TIMEOUT = 60.0
 #: Timers of the shipped rules and route, shortened for a test (docs/e2e.md says why each).
 RULES = RuleOverrides(
     thresholds={
-        "node_not_ready_threshold_seconds": 5,
+        # Above a real join's NotReady at registration (Ready 2-4 s later, both times in whole
+        # seconds) with room for a busy machine; below the grace period, so a silent kubelet's
+        # node is past it the moment the controller-manager marks it Unknown.
+        "node_not_ready_threshold_seconds": 15,
         "lease_stale_threshold_seconds": 30,  # above the grace period
         "pod_pending_threshold_seconds": 20,
         "cri_down_threshold_seconds": 5,
