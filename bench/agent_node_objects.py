@@ -29,14 +29,16 @@ selector (spec.nodeName) has real work to do. Measured:
   of its memory Python allocated, and where; with ``--cprofile``, under bench.agent_profiled,
   and the run gives where its event loop's thread spent the CPU window (either way its RSS and
   CPU are then not the deployed agent's);
-  ``--env NAME=VALUE`` sets a variable for both the agent and the floor (MALLOC_ARENA_MAX=2).
+  ``--env NAME=VALUE`` sets a variable for both the agent and the floor (MALLOC_ARENA_MAX=2;
+  GRPC_TRACE with GRPC_VERBOSITY to see what grpc's threads do), ``--logs DIR`` keeps both
+  processes' output there.
 
 Run as root (containerd needs it) on a machine with containerd, runc and busybox-static
 (scripts/setup installs them):
 
     .venv/bin/python -m bench.agent_node_objects [--pods 110] [--other-pods 2000] [--rounds 10]
         [--sync-period 10] [--stats-period 60] [--cpu-periods 6] [--env NAME=VALUE]...
-        [--tracemalloc]
+        [--tracemalloc] [--cprofile] [--logs DIR]
 """
 
 from __future__ import annotations
@@ -496,6 +498,7 @@ async def run(
     tracemalloc: bool = False,
     cprofile: bool = False,
     argv: list[str] | None = None,
+    logs: Path | None = None,
 ) -> dict[str, object]:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark starts its own containerd")
@@ -602,7 +605,16 @@ async def run(
         await api.close()
         if containerd is not None:
             await asyncio.to_thread(containerd.cleanup)
+        if logs is not None:
+            await asyncio.to_thread(keep_logs, workdir, logs)
         await asyncio.to_thread(shutil.rmtree, workdir, ignore_errors=True)
+
+
+def keep_logs(workdir: Path, logs: Path) -> None:
+    logs.mkdir(parents=True, exist_ok=True)
+    for name in ("agent.log", "floor.log"):
+        if (workdir / name).exists():
+            shutil.copyfile(workdir / name, logs / name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -639,6 +651,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the agent under bench.agent_profiled: where its CPU window went",
     )
+    parser.add_argument(
+        "--logs",
+        type=Path,
+        metavar="DIR",
+        help="keep the agent's and the floor's output (agent.log, floor.log) in DIR",
+    )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
     result = asyncio.run(
@@ -653,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
             args.tracemalloc,
             args.cprofile,
             argv,
+            args.logs,
         )
     )
     print(json.dumps(result, indent=2))
