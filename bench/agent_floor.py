@@ -10,6 +10,12 @@ the agent's API view is the agent's own cost. bench.agent_node_objects starts it
 agent, in the same run, and reads its resident set the same way:
 
     .venv/bin/python -m bench.agent_floor --port PORT --cri-endpoint unix:///run/containerd/...
+
+To tell apart what the agent's CPU goes to, the floor can make its calls more like the agent's:
+``--call-timeout`` (the agent's ``--cri.timeout``), ``--agent-channel-options`` (the agent's
+channel options), ``--subscribe-filters`` (the agent's filtered subscription) and
+``--hold-gil-ms`` (busy Python work after each reply, as the agent converts it). The first three
+import nodesync's CRI modules, so the floor's memory is then no longer the floor's.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
 
 import grpc.aio
 import prometheus_client
@@ -41,23 +50,60 @@ async def metrics(_: web.Request) -> web.Response:
     )
 
 
+@dataclass(frozen=True)
+class Calls:
+    """How the floor makes its calls: bare by default, or in some ways as the agent does."""
+
+    timeout: float = 10.0
+    agent_channel_options: bool = False
+    subscribe_filters: bool = False
+    hold_gil_ms: float = 0.0
+
+    def channel_options(self) -> list[tuple[str, Any]] | None:
+        if not self.agent_channel_options:
+            return None
+        from exporter.cri.client import CHANNEL_OPTIONS
+
+        return list(CHANNEL_OPTIONS)
+
+    def subscribe_request(self) -> bytes:
+        if not self.subscribe_filters:
+            return b""
+        from exporter.cri.events import filters
+        from exporter.cri.pb import events_pb2
+
+        return events_pb2.SubscribeRequest(filters=filters()).SerializeToString()
+
+    def hold_gil(self) -> None:
+        """Busy work in the interpreter, the GIL held throughout."""
+        end = time.perf_counter() + self.hold_gil_ms / 1000
+        while time.perf_counter() < end:
+            pass
+
+
 class Runtime:
     """The channel, the latest reply of each call (bytes), the events received."""
 
-    def __init__(self, endpoint: str) -> None:
-        self.channel = grpc.aio.insecure_channel(endpoint)
+    def __init__(self, endpoint: str, calls: Calls) -> None:
+        self.calls = calls
+        self.channel = grpc.aio.insecure_channel(endpoint, options=calls.channel_options())
         self.replies: dict[str, bytes] = {}
         self.events = 0
 
     async def call(self, path: str) -> None:
-        self.replies[path] = await self.channel.unary_unary(path, None, None)(b"", timeout=10)
+        self.replies[path] = await self.channel.unary_unary(path, None, None)(
+            b"", timeout=self.calls.timeout
+        )
+        if self.calls.hold_gil_ms:
+            self.calls.hold_gil()
 
     async def cycle(self) -> None:
         await asyncio.gather(*(self.call(path) for path in STATE_CALLS))
 
     async def follow(self) -> None:
         with contextlib.suppress(grpc.aio.AioRpcError):
-            async for _ in self.channel.unary_stream(SUBSCRIBE, None, None)(b""):
+            request = self.calls.subscribe_request()
+            async for _ in self.channel.unary_stream(SUBSCRIBE, None, None)(request):
                 self.events += 1
 
     async def run(self, period: float) -> None:
@@ -67,8 +113,8 @@ class Runtime:
                 await self.cycle()
 
 
-async def serve(host: str, port: int, endpoint: str, period: float) -> None:
-    runtime = Runtime(endpoint)
+async def serve(host: str, port: int, endpoint: str, period: float, calls: Calls) -> None:
+    runtime = Runtime(endpoint, calls)
     await runtime.cycle()
     await runtime.call(STATS_CALL)
     tasks = [asyncio.create_task(runtime.follow()), asyncio.create_task(runtime.run(period))]
@@ -89,8 +135,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cri-endpoint", required=True)
     parser.add_argument("--period", type=float, default=10.0, help="seconds between cycles")
+    parser.add_argument(
+        "--call-timeout", type=float, default=10.0, help="each call's deadline, in seconds"
+    )
+    parser.add_argument(
+        "--agent-channel-options", action="store_true", help="the agent's channel options"
+    )
+    parser.add_argument(
+        "--subscribe-filters", action="store_true", help="the agent's filters on the events"
+    )
+    parser.add_argument(
+        "--hold-gil-ms",
+        type=float,
+        default=0.0,
+        help="milliseconds of busy Python work after each reply",
+    )
     args = parser.parse_args(argv)
-    asyncio.run(serve(args.host, args.port, args.cri_endpoint, args.period))
+    calls = Calls(
+        args.call_timeout, args.agent_channel_options, args.subscribe_filters, args.hold_gil_ms
+    )
+    asyncio.run(serve(args.host, args.port, args.cri_endpoint, args.period, calls))
     return 0
 
 

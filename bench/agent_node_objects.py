@@ -31,14 +31,15 @@ selector (spec.nodeName) has real work to do. Measured:
   CPU are then not the deployed agent's);
   ``--env NAME=VALUE`` sets a variable for both the agent and the floor (MALLOC_ARENA_MAX=2;
   GRPC_TRACE with GRPC_VERBOSITY to see what grpc's threads do), ``--logs DIR`` keeps both
-  processes' output there.
+  processes' output there, ``--floor-arg ARG`` passes ARG to bench.agent_floor (its ways of
+  calling as the agent does).
 
 Run as root (containerd needs it) on a machine with containerd, runc and busybox-static
 (scripts/setup installs them):
 
     .venv/bin/python -m bench.agent_node_objects [--pods 110] [--other-pods 2000] [--rounds 10]
         [--sync-period 10] [--stats-period 60] [--cpu-periods 6] [--env NAME=VALUE]...
-        [--tracemalloc] [--cprofile] [--logs DIR]
+        [--tracemalloc] [--cprofile] [--logs DIR] [--floor-arg ARG]...
 """
 
 from __future__ import annotations
@@ -499,6 +500,7 @@ async def run(
     cprofile: bool = False,
     argv: list[str] | None = None,
     logs: Path | None = None,
+    floor_args: tuple[str, ...] = (),
 ) -> dict[str, object]:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark starts its own containerd")
@@ -575,6 +577,7 @@ async def run(
             containerd.endpoint,
             "--period",
             str(sync_period),
+            *floor_args,
             log=workdir / "floor.log",
             env=env,
         )
@@ -657,6 +660,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="keep the agent's and the floor's output (agent.log, floor.log) in DIR",
     )
+    parser.add_argument(
+        "--floor-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument for bench.agent_floor (repeatable): --floor-arg=--call-timeout=2",
+    )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
     result = asyncio.run(
@@ -672,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
             args.cprofile,
             argv,
             args.logs,
+            tuple(args.floor_arg),
         )
     )
     print(json.dumps(result, indent=2))

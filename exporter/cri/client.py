@@ -43,7 +43,7 @@ CRI_API_VERSION = "v1"
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # as kubelet
 _RUNTIME = "/runtime.v1.RuntimeService/"
 _IMAGES = "/runtime.v1.ImageService/"
-_CHANNEL_OPTIONS = [
+CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
     # Reconnect quickly once a restarted runtime listens again.
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -90,7 +90,7 @@ class CRIClient:
 
     def _connect(self) -> grpc.aio.Channel:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self._endpoint, options=_CHANNEL_OPTIONS)
+            self._channel = grpc.aio.insecure_channel(self._endpoint, options=CHANNEL_OPTIONS)
             self._methods = {}
         return self._channel
 
