@@ -14,8 +14,9 @@ agent, in the same run, and reads its resident set the same way:
 To tell apart what the agent's CPU goes to, the floor can make its calls more like the agent's:
 ``--call-timeout`` (the agent's ``--cri.timeout``), ``--agent-channel-options`` (the agent's
 channel options), ``--subscribe-filters`` (the agent's filtered subscription) and
-``--hold-gil-ms`` (busy Python work after each reply, as the agent converts it). The first three
-import nodesync's CRI modules, so the floor's memory is then no longer the floor's.
+``--hold-gil-ms`` (busy Python work after each reply, as the agent converts it). The channel
+options and the filters import nodesync's CRI modules, so the floor's memory is then no longer
+the floor's.
 """
 
 from __future__ import annotations
