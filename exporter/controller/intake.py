@@ -9,7 +9,9 @@ the decision carried out:
   executor replans it at its next step) and the alert joins it;
 - a join or an escalation of a rollback that ended meanwhile (the watch had not shown it yet;
   the write, made at the resourceVersion read, finds it out) is not made: a rollback that
-  ended takes no more alerts, and the alert is judged again, as a new rollback;
+  ended takes no more alerts, and the alert is judged again, as a new rollback; unless that
+  rollback deleted the node (or found it gone): then the alert is refused (``unknown_node``),
+  though the watch of the nodes may still show the node;
 - refused: recorded in the journal with a Warning Event on the node;
 - waits: reported once (metric, Event) and decided again at the next pass.
 
@@ -176,8 +178,9 @@ class Intake:
                 if taken:
                     break
                 # The rollback it would join or escalate had ended (the watch had not shown
-                # it yet): it takes no more alerts, so the alert is judged again without it.
-                state.ended(decision.rollback)
+                # it yet): it takes no more alerts, so the alert is judged again without it
+                # (and, if it deleted the node, about a node that exists no more).
+                state.ended(decision.rollback, rollback)
             if decision.verdict == WAITS:
                 assert decision.refusal is not None
                 held.append((alert, decision.refusal))
@@ -241,7 +244,8 @@ class Intake:
     ) -> tuple[bool, NodeRollback | None]:
         """An accepted decision: its effect, then its record. Whether it was carried out (a
         join or an escalation is not when its rollback had ended), and the NodeRollback it
-        created."""
+        created; when it was not carried out, that rollback as the server has it (None: it is
+        gone)."""
         plan = decision.plan
         assert plan is not None
         rollback = new_rollback(plan, view, state, self._policy, now, decided_by=self._identity)
@@ -251,8 +255,10 @@ class Intake:
             await self._dry_run(alert, decision, rollback, now)
         elif decision.verdict == PLAN:
             created = await self._create(alert, rollback)
-        elif not await self._join(decision.verdict, name, plan):
-            return False, None
+        else:
+            joined, current = await self._join(decision.verdict, name, plan)
+            if not joined:
+                return False, current
         if decision.verdict in (PLAN, ESCALATE):
             state.accept(name, plan, now)
         await self._save(alert, decision.verdict, "", "", name, plan.action.value, now, plan.wave)
@@ -277,12 +283,13 @@ class Intake:
         await self._audit.decided(created, alert.labels.get("alertname", ""))
         return created
 
-    async def _join(self, verdict: str, name: str, plan: Plan) -> bool:
+    async def _join(self, verdict: str, name: str, plan: Plan) -> tuple[bool, NodeRollback | None]:
         """Add the plan's alert to the triggers of rollback ``name``; an escalation first makes
-        that rollback the plan's action. False when the rollback had ended or is gone (as the
-        server has it, whatever the watch showed): a rollback that ended takes no more alerts.
-        Each write is made from the object as read, at its resourceVersion, so a rollback that
-        ends meanwhile makes it read again and find that out."""
+        that rollback the plan's action. Whether it did, and the rollback as written or read:
+        not when the rollback had ended or is gone (None), as the server has it, whatever the
+        watch showed: a rollback that ended takes no more alerts. Each write is made from the
+        object as read, at its resourceVersion, so a rollback that ends meanwhile makes it read
+        again and find that out."""
         trigger = Trigger(plan.alertname, plan.alert_fingerprint, plan.alert_starts_at)
         if verdict == ESCALATE:
 
@@ -296,7 +303,7 @@ class Intake:
             escalated = await self._writes.change_spec(name, stronger)
             if escalated is None or escalated.spec.action is not plan.action:
                 log.info("the rollback an alert would escalate ended", extra={"rollback": name})
-                return False
+                return False, escalated
             log.info("escalated a rollback", extra={"rollback": name, "to": plan.action.value})
 
         def joined(current: NodeRollback) -> RollbackStatus | None:
@@ -307,8 +314,8 @@ class Intake:
         written = await self._writes.change_status(name, joined)
         if written is None or add_trigger(written.status, trigger) != written.status:
             log.info("the rollback an alert would join ended", extra={"rollback": name})
-            return False
-        return True
+            return False, written
+        return True, written
 
     async def _dry_run(
         self, alert: AlertRecord, decision: Decision, rollback: NodeRollback, now: float

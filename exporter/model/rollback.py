@@ -67,6 +67,8 @@ class StepKind(enum.Enum):
 FENCING_STEPS = frozenset({StepKind.CORDON, StepKind.TAINT})
 #: The reason of a node rollback whose fencing is done and whose next step waits for a slot.
 QUEUED = "queued"
+#: The reason of a step skipped because the rollback's node (its uid) is gone.
+NODE_GONE = "node_gone"
 
 
 class StepState(enum.Enum):
@@ -254,6 +256,16 @@ class NodeRollback:
     def node_level(self) -> bool:
         """It takes the node (or its runtime) as a whole: at most one such is active per node."""
         return self.spec.action in (Action.ROLLBACK_NODE, Action.CLEANUP_ORPHANS)
+
+    @property
+    def node_gone(self) -> bool:
+        """It deleted its node, or found it gone (that uid): whatever a lagging watch of the
+        nodes still shows, that node exists no more."""
+        return any(
+            (s.kind is StepKind.DELETE_NODE and s.state is StepState.DONE)
+            or (s.state is StepState.SKIPPED and s.reason == NODE_GONE)
+            for s in self.status.steps
+        )
 
 
 # ---------------------------------------------------------------- names

@@ -266,6 +266,50 @@ async def test_an_alert_for_a_rollback_that_just_ended_is_a_rollback_of_its_own(
     ]
 
 
+async def test_an_alert_joining_a_rollback_that_just_deleted_the_node_is_refused(
+    b: Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node rollback deleted the node; neither watch has shown that yet (the rollback
+    still running, the node still there) when another alert about the node is decided. The
+    join finds the rollback ended; the alert, judged again, is about a node that exists no
+    more: refused, not a second rollback of the deleted node."""
+    b.add_node("new-1")
+    await b.wait_cluster(1)
+    executor = b.executor(settings(delete_nodes=True))
+    b.agent.hold = True
+    await b.deliver(alert("new-1", fingerprint="r1"))
+    await until_async(
+        lambda: _step_is(b, "cleanup_runtime", StepState.RUNNING, executor),
+        timeout=15.0,
+        what="the rollback's cleanup",
+    )
+    [first] = b.rollbacks()
+    stale, stale_view = list(b.watch.all()), b.cluster.view()
+    assert [r.active for r in stale] == [True]
+    assert stale_view.node("new-1") is not None
+    b.agent.hold = False
+    await until_async(
+        lambda: _phase_is(b, first.name, Phase.SUCCEEDED, executor),
+        timeout=15.0,
+        what="the rollback to delete the node",
+    )
+    assert b.store.try_get("nodes", "new-1") is None
+    monkeypatch.setattr(b.watch, "guard_state", lambda: GuardState.of(stale))
+    monkeypatch.setattr(b.cluster, "view", lambda: stale_view)
+    await b.deliver(alert("new-1", fingerprint="r2"))
+    await b.settled(executor)
+    [ended] = b.rollbacks()
+    assert ended.name == first.name
+    assert [t.fingerprint for t in ended.status.triggers] == ["r1"]
+    assert step_states(ended)[-1] == ("delete_node", "done")
+    assert [(d.verdict, d.reason, d.rollback) for d in await b.decisions()] == [
+        ("plan", "", first.name),
+        ("refused", "unknown_node", ""),
+    ]
+    [refused] = await b.decisions("refused")
+    assert first.name in refused.detail
+
+
 async def _phase_is(b: Bench, name: str, phase: Phase, executor: Executor) -> bool:
     await executor.run_once()
     return any(r.name == name and r.status.phase is phase for r in b.rollbacks())

@@ -20,12 +20,14 @@ from exporter.model.decision import (
 )
 from exporter.model.guards import GuardState
 from exporter.model.rollback import (
+    NODE_GONE,
     Action,
     NodeRollback,
     Phase,
     RollbackSpec,
     RollbackStatus,
     StepKind,
+    StepState,
     Trigger,
     Verdicts,
     rollback_name,
@@ -92,6 +94,60 @@ def test_an_alert_about_a_rollback_found_ended_is_a_new_rollback() -> None:
     state.ended("never-decided")  # nothing to end: no effect
     assert decide(alert("n0", "rollback_node", "r1"), view, state, POLICY, NOW).verdict == PLAN
     assert decide(alert("n0", "cleanup_orphans", "c2"), view, state, POLICY, NOW).verdict == PLAN
+
+
+def _saw_its_node_go(rollback: NodeRollback, how: str) -> NodeRollback:
+    """``rollback`` succeeded having deleted its node, or having found it gone at its first
+    step."""
+    steps = rollback.status.steps
+    if how == "deleted":
+        steps = tuple(replace(s, state=StepState.DONE, attempts=1) for s in steps)
+    else:
+        gone = replace(steps[0], state=StepState.SKIPPED, reason=NODE_GONE, attempts=1)
+        steps = (gone, *steps[1:])
+    return replace(rollback, status=replace(rollback.status, phase=Phase.SUCCEEDED, steps=steps))
+
+
+@pytest.mark.parametrize("how", ["deleted", "found-gone"])
+def test_an_alert_about_a_node_a_rollback_saw_go_is_refused_though_the_view_has_it(
+    how: str,
+) -> None:
+    """The watch of NodeRollbacks shows a rollback's end before the watch of Nodes shows its
+    node gone: an alert decided in between is about a node that exists no more, not a new
+    rollback of it. Whether the rollback was seen ended by the watch (``of``) or by a join that
+    found it so (``ended``)."""
+    view = view_of([new_node("n0")])
+    policy = replace(POLICY, delete_nodes=True)
+    first = decide(alert("n0", fp="a1"), view, GuardState(), policy, NOW)
+    assert first.plan is not None
+    went = _saw_its_node_go(new_rollback(first.plan, view, GuardState(), policy, NOW), how)
+    assert went.node_gone
+    assert not went.active
+    running = GuardState()
+    running.accept(went.name, first.plan, NOW)
+    assert decide(alert("n0", fp="a2"), view, running, policy, NOW).verdict == JOIN
+    running.ended(went.name, went)
+    for state in (GuardState.of([went]), running):
+        later = decide(alert("n0", fp="a2"), view, state, policy, NOW)
+        assert later.refusal is not None
+        assert (later.verdict, later.refusal.reason) == (REFUSED, "unknown_node")
+        assert went.name in later.refusal.detail
+        # A node made again under the name (another uid) is judged as ever.
+        remade = view_of([new_node("n0", uid="uid-n0-again")])
+        assert decide(alert("n0", fp="a2"), remade, state, policy, NOW).verdict == PLAN
+
+
+def test_a_rollback_that_left_its_node_in_place_is_judged_again_as_ever() -> None:
+    """Negative case: a rollback that ended without deleting its node (no --rollback.delete-
+    nodes) takes no more alerts, and an alert about the node is a rollback of its own."""
+    view = view_of([new_node("n0")])
+    first = decide(alert("n0", fp="a1"), view, GuardState(), POLICY, NOW)
+    assert first.plan is not None
+    ended = _saw_its_node_go(new_rollback(first.plan, view, GuardState(), POLICY, NOW), "deleted")
+    assert StepKind.DELETE_NODE not in {s.kind for s in ended.status.steps}
+    assert not ended.node_gone
+    state = GuardState.of([ended])
+    assert decide(alert("n0", fp="a2"), view, state, POLICY, NOW).verdict == PLAN
 
 
 def _cleanup(

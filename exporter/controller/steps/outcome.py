@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from exporter.controller.audit import ObjectRef
 from exporter.kube.errors import KubeError
+from exporter.model.rollback import NODE_GONE as NODE_GONE
 
 # Why a step failed, waited or skipped, or a rollback stopped (bounded: status reasons, metrics).
-NODE_GONE = "node_gone"
 RECOVERED = "recovered"
 PAUSED = "paused"
 CORRELATED_FAILURE = "correlated_failure"

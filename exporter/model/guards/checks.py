@@ -149,6 +149,13 @@ def evaluate(
     node = view.node(plan.node)
     if node is None:
         return Refusal(UNKNOWN_NODE, f"node {plan.node} does not exist")
+    gone_by = state.gone_by(node.uid)
+    if gone_by is not None:
+        return Refusal(
+            UNKNOWN_NODE,
+            f"node {plan.node} (uid {node.uid}) exists no more: rollback {gone_by} deleted it "
+            "or found it gone",
+        )
     refusal = _never_touch(
         node.name, node.control_plane, node.protected, node.owned_by_other_remediator
     )

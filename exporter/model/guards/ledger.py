@@ -1,6 +1,8 @@
 """The rollbacks decided so far, as the guards count them: the NodeRollbacks in the cluster,
 plus what this pass decided. A controller that takes over after a failover counts what the one
-before it decided."""
+before it decided. It also keeps which nodes (by uid) a rollback deleted or found gone: the
+watch of the nodes may show such a node for a moment after the rollback's end was seen, and an
+alert about it must not become a rollback of a node that exists no more."""
 
 from __future__ import annotations
 
@@ -35,11 +37,13 @@ class GuardState:
     plus what this pass decided (:meth:`accept`)."""
 
     _decided: dict[str, Decided] = field(default_factory=dict)
+    _gone: dict[str, str] = field(default_factory=dict)  # node uid -> the rollback that saw it go
 
     @classmethod
     def of(cls, rollbacks: Iterable[NodeRollback]) -> GuardState:
         state = cls()
         for r in rollbacks:
+            state._saw_go(r)
             node_rollback = r.spec.action is Action.ROLLBACK_NODE
             pod = (r.spec.pod.namespace, r.spec.pod.name) if r.spec.pod is not None else ("", "")
             state._decided[r.name] = Decided(
@@ -81,12 +85,23 @@ class GuardState:
             pod=pod,
         )
 
-    def ended(self, key: str) -> None:
+    def ended(self, key: str, found: NodeRollback | None = None) -> None:
         """Rollback ``key`` was found ended (a watch had not delivered its end yet): an alert
-        about its node no longer joins or escalates it."""
+        about its node no longer joins or escalates it. ``found``: the rollback as found, when
+        it still exists (it may have deleted its node)."""
         decided = self._decided.get(key)
         if decided is not None:
             self._decided[key] = dataclasses.replace(decided, active=False)
+        if found is not None:
+            self._saw_go(found)
+
+    def _saw_go(self, rollback: NodeRollback) -> None:
+        if rollback.spec.node_uid and rollback.node_gone:
+            self._gone[rollback.spec.node_uid] = rollback.name
+
+    def gone_by(self, node_uid: str) -> str | None:
+        """The rollback that deleted the node with this uid or found it gone; None if none did."""
+        return self._gone.get(node_uid) if node_uid else None
 
     def active_on(
         self, node: str, *, node_level: bool, pod: tuple[str, str] = ("", "")
