@@ -27,6 +27,9 @@ scripts/setup-containerd (:func:`node_releases`; 2.x no longer serves CRI v1alph
 version kubelet 1.20 speaks). They pass ``containerd_bin_dir=containerd_release.bin_dir`` to
 :meth:`RealChain.join`.
 
+A failed test's report carries what the controller logged while it ran (section
+``nodesync-controller log``): its decisions and steps are what a failure is read from.
+
 A missing binary fails the test with one line naming scripts/setup-kube-apiserver (never skips
 it). At the end of the session everything is stopped by PID and removed, and checked to be gone.
 """
@@ -39,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -386,6 +389,17 @@ class RealChain:
             and 200 <= e["responseStatus"]["code"] < 300
         ]
 
+    def controller_log(self, offset: int = 0) -> tuple[int, str]:
+        """The controller's log from byte ``offset`` on, and the offset of its end."""
+        path = self.workdir / "controller.log"
+        try:
+            with path.open("rb") as f:
+                f.seek(offset)
+                text = f.read()
+        except FileNotFoundError:
+            return offset, ""
+        return offset + len(text), text.decode(errors="replace")
+
     # -- end
 
     def cleanup(self) -> None:
@@ -407,6 +421,32 @@ class RealChain:
         if self.workdir.exists():
             found.append(str(self.workdir))
         return found
+
+
+CONTROLLER_LOG_AT = pytest.StashKey[int]()
+#: At most this much of the controller's log goes into a failed test's report (its end).
+CONTROLLER_LOG_SHOWN = 200_000
+
+
+@pytest.fixture(autouse=True)
+def _controller_log_at(request: pytest.FixtureRequest) -> None:
+    """Where the controller's log stood when a test of the real chain began."""
+    if "realchain" in request.fixturenames:
+        chain: RealChain = request.getfixturevalue("realchain")
+        request.node.stash[CONTROLLER_LOG_AT] = chain.controller_log()[0]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test of the real chain: what the controller logged since it began."""
+    report = yield
+    chain = getattr(item, "funcargs", {}).get("realchain")
+    if report.failed and isinstance(chain, RealChain) and CONTROLLER_LOG_AT in item.stash:
+        _, text = chain.controller_log(item.stash[CONTROLLER_LOG_AT])
+        report.sections.append(("nodesync-controller log", text[-CONTROLLER_LOG_SHOWN:]))
+    return report
 
 
 @pytest.fixture(scope="session")
