@@ -178,8 +178,8 @@ class Intake:
                 if taken:
                     break
                 # The rollback it would join or escalate had ended (the watch had not shown
-                # it yet): it takes no more alerts, so the alert is judged again without it
-                # (and, if it deleted the node, about a node that exists no more).
+                # it yet): the alert is judged again without it (and without its node if it
+                # deleted it).
                 state.ended(decision.rollback, rollback)
             if decision.verdict == WAITS:
                 assert decision.refusal is not None
@@ -244,8 +244,7 @@ class Intake:
     ) -> tuple[bool, NodeRollback | None]:
         """An accepted decision: its effect, then its record. Whether it was carried out (a
         join or an escalation is not when its rollback had ended), and the NodeRollback it
-        created; when it was not carried out, that rollback as the server has it (None: it is
-        gone)."""
+        created (if not carried out: the ended one as read, None if gone)."""
         plan = decision.plan
         assert plan is not None
         rollback = new_rollback(plan, view, state, self._policy, now, decided_by=self._identity)
@@ -285,11 +284,10 @@ class Intake:
 
     async def _join(self, verdict: str, name: str, plan: Plan) -> tuple[bool, NodeRollback | None]:
         """Add the plan's alert to the triggers of rollback ``name``; an escalation first makes
-        that rollback the plan's action. Whether it did, and the rollback as written or read:
-        not when the rollback had ended or is gone (None), as the server has it, whatever the
-        watch showed: a rollback that ended takes no more alerts. Each write is made from the
-        object as read, at its resourceVersion, so a rollback that ends meanwhile makes it read
-        again and find that out."""
+        that rollback the plan's action. Whether it did (not when the rollback had ended or is
+        gone, as the server has it, whatever the watch showed), and the rollback as written or
+        read. Each write is made from the object as read, at its resourceVersion, so a rollback
+        that ends meanwhile makes it read again and find that out."""
         trigger = Trigger(plan.alertname, plan.alert_fingerprint, plan.alert_starts_at)
         if verdict == ESCALATE:
 
