@@ -62,7 +62,7 @@ from bench.harness.apiserver import JSONObject, SimAPIServer
 from bench.harness.exposition import sample_value, samples
 from bench.harness.objects import lease_body, lease_path, registered_node
 from bench.harness.pacing import bounded
-from bench.harness.processes import nodesync_child, python_child
+from bench.harness.processes import nodesync_child, python_child, run_main
 from bench.harness.readiness import time_until_ready, wait_port
 from bench.harness.report import command, machine
 from bench.harness.samplers import cpu_over, memory_map, peak_rss_bytes, rss_bytes
@@ -669,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
-    result = asyncio.run(
+    result = run_main(
         run(
             args.pods,
             args.other_pods,

@@ -60,7 +60,7 @@ from bench.controller_sync import http_get, populate_nodes
 from bench.harness.apiserver import SimAPIServer
 from bench.harness.exposition import samples
 from bench.harness.objects import lease_path
-from bench.harness.processes import Children, nodesync_child, python_child
+from bench.harness.processes import Children, nodesync_child, python_child, run_main
 from bench.harness.readiness import wait_http, wait_port
 from bench.harness.report import command, machine
 from bench.harness.samplers import cpu_seconds, peak_rss_bytes
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--renew-rate", type=float, default=100.0, help="Lease renewals/s")
     args = parser.parse_args(argv)
     args.argv = argv
-    print(json.dumps(asyncio.run(run(args)), indent=2))
+    print(json.dumps(run_main(run(args)), indent=2))
     return 0
 
 

@@ -52,7 +52,7 @@ import aiohttp
 import yaml
 
 from bench.harness.objects import registered_node
-from bench.harness.processes import Children, nodesync_child
+from bench.harness.processes import Children, nodesync_child, run_main
 from bench.harness.readiness import wait_http
 from bench.harness.report import command, machine
 from bench.harness.stats import summary_ms
@@ -319,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     args.argv = argv
-    result = asyncio.run(run(args))
+    result = run_main(run(args))
     samples = result.pop("samples_s")
     if args.samples:
         Path(args.samples).write_text(json.dumps(samples))

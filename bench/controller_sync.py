@@ -67,7 +67,7 @@ from bench.harness.apiserver import JSONObject, SimAPIServer
 from bench.harness.exposition import sample_value
 from bench.harness.objects import lease_body, lease_path, registered_node
 from bench.harness.pacing import bounded, sleep_until
-from bench.harness.processes import python_child, start_nodesync
+from bench.harness.processes import python_child, run_main, start_nodesync
 from bench.harness.readiness import time_until_ready, wait_port
 from bench.harness.report import command, machine
 from bench.harness.samplers import cpu_seconds, peak_rss_bytes, rss_bytes
@@ -677,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.held is not None and not 0 <= args.held <= args.failing:
         parser.error("--held: from 0 to --failing")
     rate = args.nodes / KUBELET_RENEW_INTERVAL if args.rate is None else args.rate
-    result = asyncio.run(
+    result = run_main(
         run(
             args.nodes,
             args.seconds,

@@ -31,7 +31,6 @@ No root needed:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import secrets
@@ -46,7 +45,7 @@ from typing import Any
 import aiohttp
 
 from bench.harness.apiserver import SimAPIServer
-from bench.harness.processes import Children, nodesync_child, python_child
+from bench.harness.processes import Children, nodesync_child, python_child, run_main
 from bench.harness.readiness import time_until_ready, wait_port
 from bench.harness.report import command, machine
 from bench.harness.stats import summary_ms
@@ -485,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="nodesync-bench-journal-"))
     try:
-        result = asyncio.run(_measure(workdir, args.alerts, args.groups, args.pairs))
+        result = run_main(_measure(workdir, args.alerts, args.groups, args.pairs))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result["command"] = command("bench.journal_size", argv)

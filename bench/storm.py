@@ -81,7 +81,7 @@ from bench.harness.apiserver import APIError, Counts, JSONObject, SimAPIServer
 from bench.harness.exposition import Families, parse
 from bench.harness.objects import lease_body, lease_path
 from bench.harness.pacing import sleep_until
-from bench.harness.processes import Children, nodesync_child, python_child
+from bench.harness.processes import Children, nodesync_child, python_child, run_main
 from bench.harness.readiness import wait_http, wait_port
 from bench.harness.report import command, machine
 from bench.harness.samplers import (
@@ -463,7 +463,7 @@ async def run(cfg: Config) -> Storm:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(argv, __doc__.split("\n\n")[0] if __doc__ else None)
     where = machine()
-    result = report(asyncio.run(run(cfg)))
+    result = report(run_main(run(cfg)))
     result["machine"] = {**where, **result["machine"]}
     result["command"] = command("bench.storm", argv)
     print(json.dumps(result, indent=2))

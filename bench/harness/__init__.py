@@ -1,7 +1,8 @@
 """What the benchmarks share: the scenarios in ``bench/`` are built from these parts.
 
 - :mod:`bench.harness.processes`: child processes (``nodesync ...`` and the benchmarks' own
-  helper processes), started from this tree's code and stopped by their PID;
+  helper processes), started from this tree's code and stopped by their PID; and a benchmark's
+  main coroutine run so that SIGTERM stops it as Ctrl-C does (its cleanups run);
 - :mod:`bench.harness.readiness`: waiting, without blocking the event loop, until a child
   answers HTTP, opens its port or writes a file, and timing how long that took;
 - :mod:`bench.harness.apiserver`: ``nodesync sim apiserver`` in a child process, and the HTTP

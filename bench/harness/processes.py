@@ -17,16 +17,52 @@ benchmark stops them by their PID all the same.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
+import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from nodesync_sim.real.process import ChildProcess
 
 #: The directory holding ``bench``, ``exporter`` and ``nodesync_sim``.
 TREE = Path(__file__).resolve().parents[2]
+
+#: The signals that stop a benchmark as Ctrl-C does: its cleanups run.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+T = TypeVar("T")
+
+
+def run_main(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)``, with SIGTERM and SIGHUP cancelling ``main`` as Ctrl-C does, so that
+    its ``finally`` blocks stop the processes it started and remove its files (by default such a
+    signal ends the interpreter at once and leaves them behind). Stopped by one, the process
+    exits with 128 + its number."""
+    stopped_by: list[int] = []
+
+    async def guarded() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, _stop, task, signum, stopped_by)
+        return await main
+
+    try:
+        return asyncio.run(guarded())
+    except asyncio.CancelledError:
+        if stopped_by:
+            raise SystemExit(128 + stopped_by[0]) from None
+        raise
+
+
+def _stop(task: asyncio.Task[Any], signum: int, stopped_by: list[int]) -> None:
+    stopped_by.append(signum)
+    task.cancel()
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.processes import TREE, Children, child_env, python_child
+from bench.harness.processes import TREE, Children, child_env, python_child, run_main
 from bench.harness.rates import write_rates
 from bench.harness.readiness import wait_http, wait_port
 from bench.harness.samplers import CounterSample, cpu_seconds, peak_rss_bytes, rss_bytes
 from bench.harness.stats import percentile, summary_ms
 from nodesync_sim.real.process import ChildProcess, ChildProcessFailed, free_port
+from tests.support.wait import until
 
 
 def test_a_child_imports_this_trees_code_from_anywhere(
@@ -63,6 +64,46 @@ async def test_a_wait_fails_with_the_log_when_the_child_exits(tmp_path: Path) ->
         )
         with pytest.raises(ChildProcessFailed, match=r"exited[\s\S]*No module named"):
             await wait_port(child, free_port(), within=30)
+
+
+#: A benchmark's main coroutine in miniature: it says it started, waits, and cleans up.
+_MAIN = """
+import asyncio, pathlib, sys
+from bench.harness.processes import run_main
+marks = pathlib.Path(sys.argv[1])
+async def main():
+    try:
+        (marks / "started").touch()
+        await asyncio.sleep(3600)
+    finally:
+        await asyncio.sleep(0)  # a cleanup that awaits, as the benchmarks' do
+        (marks / "cleaned").touch()
+run_main(main())
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_runs_the_benchmarks_cleanups(tmp_path: Path, signum: int) -> None:
+    child = ChildProcess(
+        [sys.executable, "-c", _MAIN, str(tmp_path)],
+        log_path=tmp_path / "main.log",
+        env=child_env(),
+    )
+    with Children() as children:
+        children.start(child)
+        until(lambda: (tmp_path / "started").exists(), timeout=30, what="the main to start")
+        assert child.pid is not None
+        os.kill(child.pid, signum)
+        assert child.wait(30) == 128 + signum, child.log_tail()
+    assert (tmp_path / "cleaned").exists(), child.log_tail()
+    assert "Traceback" not in (tmp_path / "main.log").read_text()
+
+
+def test_run_main_returns_what_the_main_returns() -> None:
+    async def main() -> int:
+        return 7
+
+    assert run_main(main()) == 7
 
 
 def test_percentiles_and_summaries() -> None:
