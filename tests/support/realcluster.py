@@ -389,16 +389,21 @@ class RealChain:
             and 200 <= e["responseStatus"]["code"] < 300
         ]
 
-    def controller_log(self, offset: int = 0) -> tuple[int, str]:
-        """The controller's log from byte ``offset`` on, and the offset of its end."""
-        path = self.workdir / "controller.log"
+    def controller_log_size(self) -> int:
+        """How many bytes the controller has logged so far."""
         try:
-            with path.open("rb") as f:
-                f.seek(offset)
-                text = f.read()
+            return (self.workdir / "controller.log").stat().st_size
         except FileNotFoundError:
-            return offset, ""
-        return offset + len(text), text.decode(errors="replace")
+            return 0
+
+    def controller_log_since(self, offset: int) -> str:
+        """What the controller logged from byte ``offset`` on."""
+        try:
+            with (self.workdir / "controller.log").open("rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     # -- end
 
@@ -433,7 +438,7 @@ def _controller_log_at(request: pytest.FixtureRequest) -> None:
     """Where the controller's log stood when a test of the real chain began."""
     if "realchain" in request.fixturenames:
         chain: RealChain = request.getfixturevalue("realchain")
-        request.node.stash[CONTROLLER_LOG_AT] = chain.controller_log()[0]
+        request.node.stash[CONTROLLER_LOG_AT] = chain.controller_log_size()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -444,7 +449,7 @@ def pytest_runtest_makereport(
     report = yield
     chain = getattr(item, "funcargs", {}).get("realchain")
     if report.failed and isinstance(chain, RealChain) and CONTROLLER_LOG_AT in item.stash:
-        _, text = chain.controller_log(item.stash[CONTROLLER_LOG_AT])
+        text = chain.controller_log_since(item.stash[CONTROLLER_LOG_AT])
         report.sections.append(("nodesync-controller log", text[-CONTROLLER_LOG_SHOWN:]))
     return report
 
