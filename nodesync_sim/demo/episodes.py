@@ -93,6 +93,49 @@ def dry_run_writes(chain: Chain, unlimited: frozenset[str]) -> list[str]:
     ]
 
 
+async def episode_story(chain: Chain, alertnames: Iterable[str]) -> list[str]:
+    """How each decided episode of ``alertnames`` went, as the journal and the API server saw
+    it (seconds after the waves started): when it was decided and how, when it resolved, its
+    outcome, and when its node last turned Ready. Told when the counts are not the expected
+    ones, to say which link of the chain did not move."""
+    names = set(alertnames)
+    started = chain.sim.clock.started_at or 0.0
+    journal = await Journal.open_read_only(str(chain.journal_path))
+    try:
+        ended = {d.alert_key: outcome for d, outcome in await journal.outcomes()}
+        told = []
+        for decision in await journal.decisions():
+            alert = await journal.alert(decision.alert_key)
+            alertname = alert.labels.get("alertname", "") if alert is not None else ""
+            if alert is None or alertname not in names:
+                continue
+            resolved = "firing"
+            if alert.resolved_at is not None:
+                resolved = f"resolved +{alert.resolved_at - started:.1f} s"
+            told.append(
+                f"{decision.node} {alertname}: decided +{decision.decided_at - started:.1f} s "
+                f"({decision.verdict}), {resolved}, outcome "
+                f"{ended.get(decision.alert_key) or '-'}; {_ready(chain, decision.node, started)}"
+            )
+    finally:
+        await journal.close()
+    return told
+
+
+def _ready(chain: Chain, node: str, started: float) -> str:
+    """When the Node last turned Ready, as the API server stored it."""
+    last, was = None, None
+    for at, _, obj in chain.node_history.states.get(node, []):
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        if ready and was is False:
+            last = at
+        was = ready
+    if last is None:
+        return "Ready all along" if was else "never Ready again"
+    return f"Ready +{last - started:.1f} s"
+
+
 async def dry_run_decisions(chain: Chain) -> dict[str, str]:
     """Per node, the decision a dry run would have taken for an episode that outlasted
     ``dry_run_clear_within`` (the journal's outcomes)."""

@@ -40,7 +40,12 @@ from typing import TextIO
 
 from exporter.model.rollback import CLEANUP_REQUEST_ANNOTATION
 from nodesync_sim.demo.chain import CONTROLLER_USER, Chain
-from nodesync_sim.demo.episodes import dry_run_decisions, dry_run_writes, wait_for_episodes
+from nodesync_sim.demo.episodes import (
+    dry_run_decisions,
+    dry_run_writes,
+    episode_story,
+    wait_for_episodes,
+)
 from nodesync_sim.fake.scaleout import timeline
 from nodesync_sim.fake.scaleout.scenario import Expectation, Scenario, ScenarioError
 from nodesync_sim.fake.scaleout.scenario_file import load
@@ -220,7 +225,10 @@ async def run_scenario(scenario: Scenario) -> Outcome:
         taken = decisions(chain)
         problems = []
         if expect.episodes:
-            problems += await wait_for_episodes(chain, expect.episodes)
+            missed = await wait_for_episodes(chain, expect.episodes)
+            if missed:
+                missed += await episode_story(chain, expect.episodes)
+            problems += missed
         if chain.executor_settings.dry_run:
             problems += dry_run_writes(chain, UNLIMITED_RESOURCES)
             taken = await dry_run_decisions(chain)

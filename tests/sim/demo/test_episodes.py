@@ -1,10 +1,18 @@
-"""The scenario library's episode checks: the counted outcomes against the expected ones, and
-the decisions a dry run would have taken for the episodes that outlasted its clear window."""
+"""The scenario library's episode checks: the counted outcomes against the expected ones, the
+decisions a dry run would have taken for the episodes that outlasted its clear window, and the
+story told when the counts are not the expected ones."""
 
 from __future__ import annotations
 
-from exporter.controller.journal import DecisionRecord
-from nodesync_sim.demo.episodes import episode_problems, would_have
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+from exporter.controller.journal import DecisionRecord, Journal
+from nodesync_sim.demo.chain import Chain
+from nodesync_sim.demo.episodes import episode_problems, episode_story, would_have
+from tests.controller.alert_builders import alert, payload
 
 
 def _decision(node: str, action: str) -> DecisionRecord:
@@ -48,3 +56,51 @@ def test_a_dry_run_decides_only_the_episodes_that_outlasted_its_window() -> None
     }
     # With node deletion on, the rollback would have gone to the delete.
     assert would_have(ended, delete=True)["outlasted"] == "delete"
+
+
+def _node(ready: str) -> dict[str, Any]:
+    return {"status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+async def test_the_story_tells_each_link_of_an_episode_that_was_not_counted(
+    tmp_path: Path,
+) -> None:
+    started = 1_000.0
+    path = tmp_path / "journal.db"
+    journal = await Journal.open(str(path))
+    try:
+        cleared = alert("c1", node="wave-1-001", alertname="NotReady", starts_at=started + 5)
+        stuck = alert("s1", node="wave-1-002", alertname="NotReady", starts_at=started + 5)
+        other = alert("o1", node="wave-1-003", alertname="Other", starts_at=started + 5)
+        await journal.record(payload(cleared, stuck, other), received_at=started + 7)
+        for a in (cleared, stuck, other):
+            decision = _decision(a.labels["node"], "rollback_node")
+            await journal.save_decision(replace(decision, alert_key=a.key, decided_at=started + 7))
+        resolved = alert(
+            "c1", node="wave-1-001", alertname="NotReady", starts_at=started + 5, status="resolved"
+        )
+        await journal.record(payload(resolved), received_at=started + 15)
+        await journal.write_outcome(cleared.key, "dry_run_cleared")
+    finally:
+        await journal.close()
+    history = {
+        "wave-1-001": [
+            (started, "ADDED", _node("False")),
+            (started + 10.5, "MODIFIED", _node("True")),
+        ],
+        "wave-1-002": [
+            (started, "ADDED", _node("False")),
+            (started + 9, "MODIFIED", _node("False")),
+        ],
+    }
+    chain = SimpleNamespace(
+        sim=SimpleNamespace(clock=SimpleNamespace(started_at=started)),
+        journal_path=path,
+        node_history=SimpleNamespace(states=history),
+    )
+    story = await episode_story(cast(Chain, chain), ["NotReady"])
+    assert sorted(story) == [
+        "wave-1-001 NotReady: decided +7.0 s (dry_run), resolved +15.0 s, outcome "
+        "dry_run_cleared; Ready +10.5 s",
+        "wave-1-002 NotReady: decided +7.0 s (dry_run), firing, outcome -; never Ready again",
+    ]
