@@ -25,7 +25,8 @@ the decisions scored are the ones nodesync would have taken for the episodes tha
 Every scenario also checks the controller's API writes against its token bucket
 (``--apiserver.qps``, ``--apiserver.burst``), as the API server received them: no stretch of
 the run has more writes than a full bucket and its refill allow, give or take
-``BUCKET_SLACK`` (a write is seen when it arrives, a little after it took its token).
+``BUCKET_SLACK`` and the writes refilled in ``ARRIVAL_LAG_SECONDS`` (a write is seen when it
+arrives, a little after it took its token).
 """
 
 from __future__ import annotations
@@ -53,8 +54,14 @@ from nodesync_sim.fake.scaleout.scenario_file import load
 log = logging.getLogger(__name__)
 
 #: Writes a stretch may be over the bucket's bound as the server sees them: the time from taking
-#: a token to the request's arrival varies by a few milliseconds.
+#: a token to the request's arrival varies by a few milliseconds...
 BUCKET_SLACK = 1.0
+#: ...and on a busy machine by up to this many seconds: the controller and the simulated API
+#: server share one event loop, which a loaded core can hold back for a few hundred milliseconds,
+#: and writes that took their tokens apart can then arrive together. A stretch may be over the
+#: bound by the writes the bucket refills in that time too (2.5 at the default 5 qps); a writer
+#: that bypasses the limiter is over it by tens.
+ARRIVAL_LAG_SECONDS = 0.5
 #: The controller's writes its rate limiter does not cover (leader election's Lease).
 UNLIMITED_RESOURCES = frozenset({"leases"})
 
@@ -163,7 +170,7 @@ def write_budget_problems(chain: Chain) -> list[str]:
     times = [e.at for e in chain.audit.by(CONTROLLER_USER) if e.resource not in UNLIMITED_RESOURCES]
     refills = [back for _, back, _ in chain.controller_restarts]
     excess = bucket_excess(times, settings.api_qps, settings.api_burst, refills)
-    if excess <= BUCKET_SLACK:
+    if excess <= BUCKET_SLACK + settings.api_qps * ARRIVAL_LAG_SECONDS:
         return []
     return [
         f"the controller's {len(times)} writes went {excess:.1f} past its token bucket "

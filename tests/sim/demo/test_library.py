@@ -4,9 +4,12 @@ expected ones, the report lines, and which scenarios a run takes."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
+from nodesync_sim.demo.chain import CONTROLLER_USER, Chain
 from nodesync_sim.demo.library import (
     Outcome,
     bucket_excess,
@@ -14,7 +17,9 @@ from nodesync_sim.demo.library import (
     report,
     timing_problems,
     total,
+    write_budget_problems,
 )
+from nodesync_sim.fake.scaleout.audit import WriteAudit
 from nodesync_sim.fake.scaleout.scenario import Expectation, ScenarioError
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
@@ -80,6 +85,31 @@ def test_a_controller_started_again_has_a_full_bucket() -> None:
     writes = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
     assert bucket_excess(writes, qps=0.5, burst=3) == pytest.approx(2.5)
     assert bucket_excess(writes, qps=0.5, burst=3, refills=[1.0]) == 0.0
+
+
+def _chain_that_wrote(times: list[float]) -> Chain:
+    audit = WriteAudit(clock=iter(times).__next__)
+    for n, _ in enumerate(times):
+        audit(CONTROLLER_USER, "patch", "nodes", "", "", f"node-{n}")
+    settings = SimpleNamespace(api_qps=5.0, api_burst=10)
+    return cast(
+        Chain, SimpleNamespace(audit=audit, executor_settings=settings, controller_restarts=[])
+    )
+
+
+def test_writes_that_arrive_bunched_by_a_busy_loop_are_within_the_budget() -> None:
+    # qps 5, burst 10: the burst, then one write each 0.2 s. A held-back loop delivers the
+    # burst 0.4 s late, together with the two writes whose tokens came at 0.2 and 0.4 s: as
+    # they arrived, 12 writes at once where the bucket holds 10.
+    paced = [0.0] * 10 + [0.2 * i for i in range(1, 11)]
+    bunched = [0.4] * 12 + paced[12:]
+    assert bucket_excess(bunched, qps=5.0, burst=10) == pytest.approx(2.0)
+    assert write_budget_problems(_chain_that_wrote(bunched)) == []
+
+
+def test_writes_that_bypass_the_limiter_are_a_problem() -> None:
+    [problem] = write_budget_problems(_chain_that_wrote([0.0] * 20))
+    assert problem == "the controller's 20 writes went 10.0 past its token bucket (qps 5, burst 10)"
 
 
 def test_report_and_total_name_every_figure() -> None:
