@@ -243,14 +243,16 @@ async def test_a_real_alertmanager_calls_the_hook_once_per_group(
     config_path.write_text(config)
     max_alerts = int(_hook_settings()["max_alerts"])
     nodes = [f"ip-10-0-{i // 100}-{i % 100}" for i in range(max_alerts + 50)]
-    # Alerts start now, as Prometheus sends newly firing ones: Alertmanager flushes a new group
-    # at once, without group_wait, when its first alert started longer than group_wait ago.
-    now = datetime.now(UTC)
-    later = now + timedelta(hours=1)
-
     async with alertmanager(
         config_path, tmp_path / "data", unused_tcp_port, tmp_path / "am.log"
     ) as url:
+        # Alerts start now, once Alertmanager is up, as Prometheus sends newly firing ones:
+        # Alertmanager flushes a new group at once, without group_wait, when its first alert
+        # started longer than group_wait ago. A start taken before Alertmanager's own start (over
+        # a second on a busy machine) made that flush race the insertion of the rest of the
+        # batch: a call with the first alert, then one with the others.
+        now = datetime.now(UTC)
+        later = now + timedelta(hours=1)
         batch = [
             _alert(
                 {
