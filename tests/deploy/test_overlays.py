@@ -209,3 +209,29 @@ def test_the_documented_patch_binds_another_prometheus(tmp_path: Path) -> None:
     standard = _by_key(build(OVERLAYS / "standard"))
     changed = [k for k, o in _by_key(patched).items() if standard[k] != o]
     assert changed == [("RoleBinding", NAMESPACE, "nodesync-prometheus")]
+
+
+def test_the_documented_patch_raises_the_controllers_memory_limit(tmp_path: Path) -> None:
+    docs = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+    section = docs.split("### The controller's memory by cluster size", 1)[1].split("\n## ", 1)[0]
+    (patch,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
+        f"  - {os.path.relpath(OVERLAYS / 'standard', overlay)}\n{patch}",
+        encoding="utf-8",
+    )
+    patched = build(overlay)
+    shipped = container(controller_workload(build(OVERLAYS / "standard")), "controller")
+    raised = container(controller_workload(patched), "controller")
+    assert shipped["resources"]["limits"]["memory"] == "512Mi"
+    assert raised["resources"]["limits"] == {**shipped["resources"]["limits"], "memory": "1Gi"}
+    # Nothing else changes: the controller is the Deployment's first container.
+    standard = _by_key(build(OVERLAYS / "standard"))
+    changed = [k for k, o in _by_key(patched).items() if standard[k] != o]
+    assert changed == [("Deployment", NAMESPACE, "nodesync-controller")]
+    assert raised == {
+        **shipped,
+        "resources": {**shipped["resources"], "limits": raised["resources"]["limits"]},
+    }
