@@ -104,7 +104,7 @@ async def episode_story(chain: Chain, alertnames: Iterable[str]) -> list[str]:
     try:
         ended = {d.alert_key: outcome for d, outcome in await journal.outcomes()}
         told = []
-        for decision in await journal.decisions():
+        for decision in sorted(await journal.decisions(), key=lambda d: (d.decided_at, d.node)):
             alert = await journal.alert(decision.alert_key)
             alertname = alert.labels.get("alertname", "") if alert is not None else ""
             if alert is None or alertname not in names:
@@ -119,6 +119,26 @@ async def episode_story(chain: Chain, alertnames: Iterable[str]) -> list[str]:
             )
     finally:
         await journal.close()
+    return told + await _alerting_story(chain, names)
+
+
+#: Log lines of Prometheus and Alertmanager that say a notification or a rule went wrong.
+_TROUBLE = ("level=warn", "level=error", "level=WARN", "level=ERROR")
+
+
+async def _alerting_story(chain: Chain, names: set[str]) -> list[str]:
+    """Prometheus' active alerts of ``names`` now, and Prometheus' and Alertmanager's warnings
+    (a notification dropped or refused, an evaluation that failed)."""
+    active = [
+        f"{a['labels'].get('node', '?')} {a['state']}"
+        for a in await chain.prom.alerts_async()
+        if a["labels"].get("alertname") in names
+    ]
+    told = [f"Prometheus' alerts now: {', '.join(sorted(active)) or 'none'}"]
+    services = [("Prometheus", chain.prom), *(("Alertmanager", a) for a in chain.alertmanagers)]
+    for name, service in services:
+        lines = service.log_tail(200).splitlines()
+        told += [f"{name}: {line}" for line in lines if any(t in line for t in _TROUBLE)][-5:]
     return told
 
 

@@ -93,14 +93,42 @@ async def test_the_story_tells_each_link_of_an_episode_that_was_not_counted(
             (started + 9, "MODIFIED", _node("False")),
         ],
     }
+    dropped = (
+        "ts=2026-12-07T01:02:03Z caller=notifier.go:530 level=error component=notifier "
+        'count=2 msg="Error sending alert" err="connection reset by peer"'
+    )
     chain = SimpleNamespace(
         sim=SimpleNamespace(clock=SimpleNamespace(started_at=started)),
         journal_path=path,
         node_history=SimpleNamespace(states=history),
+        prom=_Service(
+            "ts=2026-12-07T01:02:00Z level=info msg=ready\n" + dropped,
+            [
+                {"labels": {"alertname": "NotReady", "node": "wave-1-002"}, "state": "firing"},
+                {"labels": {"alertname": "Other", "node": "wave-1-003"}, "state": "firing"},
+            ],
+        ),
+        alertmanagers=[_Service("ts=2026-12-07T01:02:00Z level=info msg=Listening")],
     )
     story = await episode_story(cast(Chain, chain), ["NotReady"])
-    assert sorted(story) == [
+    assert story == [
         "wave-1-001 NotReady: decided +7.0 s (dry_run), resolved +15.0 s, outcome "
         "dry_run_cleared; Ready +10.5 s",
         "wave-1-002 NotReady: decided +7.0 s (dry_run), firing, outcome -; never Ready again",
+        "Prometheus' alerts now: wave-1-002 firing",
+        f"Prometheus: {dropped}",
     ]
+
+
+class _Service:
+    """A Prometheus or an Alertmanager as the story reads them: its log, its active alerts."""
+
+    def __init__(self, log: str, alerts: list[dict[str, Any]] | None = None) -> None:
+        self._log = log
+        self._alerts = alerts or []
+
+    def log_tail(self, lines: int) -> str:
+        return "\n".join(self._log.splitlines()[-lines:])
+
+    async def alerts_async(self) -> list[dict[str, Any]]:
+        return self._alerts
