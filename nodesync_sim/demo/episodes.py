@@ -7,6 +7,9 @@ controller. An episode is counted once Alertmanager's resolved notification reac
 ``run_seconds``: the run waits until the counts are the expected ones, for at most
 :data:`EPISODES_WITHIN`.
 
+When the counts are not the expected ones, :func:`episode_story` tells how each episode went,
+link by link (the node, the journal, Prometheus, Alertmanager).
+
 A dry run writes nothing, so its decisions are read from the controller's journal: for each
 episode nodesync would have acted on that lasted longer than ``dry_run_clear_within`` after
 that decision (``dry_run_outlasted``: the action was needed), the decision it would have
@@ -96,7 +99,8 @@ def dry_run_writes(chain: Chain, unlimited: frozenset[str]) -> list[str]:
 async def episode_story(chain: Chain, alertnames: Iterable[str]) -> list[str]:
     """How each decided episode of ``alertnames`` went, as the journal and the API server saw
     it (seconds after the waves started): when it was decided and how, when it resolved, its
-    outcome, and when its node last turned Ready. Told when the counts are not the expected
+    outcome, and when its node last turned Ready; then Prometheus' active alerts of those names
+    and the warnings of Prometheus and Alertmanager. Told when the counts are not the expected
     ones, to say which link of the chain did not move."""
     names = set(alertnames)
     started = chain.sim.clock.started_at or 0.0
@@ -151,6 +155,8 @@ def _ready(chain: Chain, node: str, started: float) -> str:
         if ready and was is False:
             last = at
         was = ready
+    if was is None:
+        return "its Node never seen"
     if last is None:
         return "Ready all along" if was else "never Ready again"
     return f"Ready +{last - started:.1f} s"

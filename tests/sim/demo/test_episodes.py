@@ -72,8 +72,9 @@ async def test_the_story_tells_each_link_of_an_episode_that_was_not_counted(
         cleared = alert("c1", node="wave-1-001", alertname="NotReady", starts_at=started + 5)
         stuck = alert("s1", node="wave-1-002", alertname="NotReady", starts_at=started + 5)
         other = alert("o1", node="wave-1-003", alertname="Other", starts_at=started + 5)
-        await journal.record(payload(cleared, stuck, other), received_at=started + 7)
-        for a in (cleared, stuck, other):
+        unseen = alert("u1", node="wave-1-004", alertname="NotReady", starts_at=started + 5)
+        await journal.record(payload(cleared, stuck, other, unseen), received_at=started + 7)
+        for a in (cleared, stuck, other, unseen):
             decision = _decision(a.labels["node"], "rollback_node")
             await journal.save_decision(replace(decision, alert_key=a.key, decided_at=started + 7))
         resolved = alert(
@@ -115,6 +116,7 @@ async def test_the_story_tells_each_link_of_an_episode_that_was_not_counted(
         "wave-1-001 NotReady: decided +7.0 s (dry_run), resolved +15.0 s, outcome "
         "dry_run_cleared; Ready +10.5 s",
         "wave-1-002 NotReady: decided +7.0 s (dry_run), firing, outcome -; never Ready again",
+        "wave-1-004 NotReady: decided +7.0 s (dry_run), firing, outcome -; its Node never seen",
         "Prometheus' alerts now: wave-1-002 firing",
         f"Prometheus: {dropped}",
     ]
