@@ -17,7 +17,9 @@ Each template holds one object as ``kubectl kustomize deploy/overlays/standard``
 Where a switched build differs from the reference, the differing lines go into an
 ``{{- if ... }}`` block (objects it adds or removes, whole). Switches that change the same lines
 cannot be combined this way and stop the generator. ``image:`` lines take the image from the
-values, ``ha.replicas`` the controller's replicas; the Namespace is switched by
+values, ``ha.replicas`` the controller's replicas, ``controller.resources`` and
+``agent.resources`` the ``resources:`` of the controller's and the agent's container (their
+defaults in values.yaml are the manifests'); the Namespace is switched by
 ``namespace.create``. Hand-written templates (no generated-file header) are left alone.
 """
 
@@ -209,6 +211,39 @@ def substitute(line: str, switch: Switch | None, key: Key) -> str:
     return escape(line)
 
 
+#: The workloads whose container ``resources:`` come from the values, by (kind, name).
+RESOURCES = {
+    ("Deployment", "nodesync-controller"): ".Values.controller.resources",
+    ("DaemonSet", "nodesync-agent"): ".Values.agent.resources",
+}
+RESOURCES_LINE = re.compile(r"^(\s*)resources:$")
+
+
+def resources_from_values(key: Key, lines: list[str]) -> list[str]:
+    """The object's one container ``resources:`` block replaced by its value (RESOURCES)."""
+    value = RESOURCES.get((key[0], key[2]))
+    if value is None:
+        return lines
+    found = [i for i, line in enumerate(lines) if RESOURCES_LINE.match(line)]
+    if len(found) != 1:
+        raise GenerationError(f"{key[0]} {key[2]}: {len(found)} resources blocks, expected one")
+    (at,) = found
+    depth = len(lines[at]) - len(lines[at].lstrip())
+    # The block: the deeper lines after it, and any switch's directives among them (a
+    # directive starts its line); directives right after it belong to what follows.
+    end = at + 1
+    while end < len(lines) and (
+        lines[end].startswith("{{") or len(lines[end]) - len(lines[end].lstrip()) > depth
+    ):
+        end += 1
+    while end > at + 1 and lines[end - 1].startswith("{{"):
+        end -= 1
+    if any("{{" in line for line in lines[at + 1 : end]):
+        raise GenerationError(f"{key[0]} {key[2]}: a switch changes its resources")
+    value_lines = [lines[at], f"{{{{- toYaml {value} | nindent {depth + 2} }}}}"]
+    return [*lines[:at], *value_lines, *lines[end:]]
+
+
 def block(condition: str, then: list[str], otherwise: list[str]) -> list[str]:
     out = [f"{{{{- if {condition} }}}}", *then]
     if otherwise:
@@ -275,6 +310,7 @@ def generate() -> dict[str, str]:
             switch, text = present[0]
             body = "\n".join(block(switch.condition, [substitute(x, switch, key) for x in
                                                        text.splitlines()], [])) + "\n"  # fmt: skip
+        body = "\n".join(resources_from_values(key, body.splitlines())) + "\n"
         if key[0] == "Namespace":
             body = "\n".join(block(".Values.namespace.create", body.splitlines(), [])) + "\n"
         name = file_name(key)

@@ -179,6 +179,47 @@ def test_the_webhook_token_secret(chart: helm.Chart) -> None:
         render(chart, {"webhookToken": {"create": True}})
 
 
+def _resources(rendered: dict[Key, Obj], kind: str, name: str) -> Obj:
+    (container,) = rendered[(kind, NAMESPACE, name)]["spec"]["template"]["spec"]["containers"]
+    resources: Obj = container["resources"]
+    return resources
+
+
+def test_the_containers_resources_come_from_the_values(chart: helm.Chart) -> None:
+    default = render(chart, {})
+    controller = ("Deployment", "nodesync-controller")
+    agent = ("DaemonSet", "nodesync-agent")
+    assert _resources(default, *controller)["limits"]["memory"] == "512Mi"
+    # One quantity set: Helm merges it into the defaults, and nothing else changes.
+    raised = render(chart, {"controller": {"resources": {"limits": {"memory": "1Gi"}}}})
+    assert _resources(raised, *controller) == {
+        "limits": {"cpu": "1", "memory": "1Gi"},
+        "requests": {"cpu": "50m", "memory": "128Mi"},
+    }
+    assert [k for k in default if default[k] != raised[k]] == [
+        ("Deployment", NAMESPACE, controller[1])
+    ]
+    lowered = render(chart, {"agent": {"resources": {"requests": {"cpu": "10m"}}}})
+    assert _resources(lowered, *agent)["requests"] == {"cpu": "10m", "memory": "96Mi"}
+    assert [k for k in default if default[k] != lowered[k]] == [("DaemonSet", NAMESPACE, agent[1])]
+
+
+def test_a_switch_that_changes_resources_stops_the_generator() -> None:
+    lines = [
+        "        resources:",
+        "          limits:",
+        "{{- if .Values.ha.enabled }}",
+        "            memory: 1Gi",
+        "{{- end }}",
+        "        securityContext: {}",
+    ]
+    with pytest.raises(helmchart.GenerationError, match="a switch changes its resources"):
+        helmchart.resources_from_values(("Deployment", NAMESPACE, "nodesync-controller"), lines)
+    twice = ["        resources:", "          limits: {}", "        resources:"]
+    with pytest.raises(helmchart.GenerationError, match="2 resources blocks"):
+        helmchart.resources_from_values(("DaemonSet", NAMESPACE, "nodesync-agent"), twice)
+
+
 def test_the_namespace_can_be_left_out(chart: helm.Chart) -> None:
     assert ("Namespace", "", NAMESPACE) in render(chart, {})
     assert ("Namespace", "", NAMESPACE) not in render(chart, {"namespace": {"create": False}})
@@ -191,8 +232,9 @@ def test_the_namespace_can_be_left_out(chart: helm.Chart) -> None:
         {"ha": {"enabled": True, "replicas": 1}},
         {"image": {"repository": "nodesync", "digest": "latest"}},
         {"delete_nodes": True},
+        {"controller": {"resources": {"limit": {"memory": "1Gi"}}}},
     ],
-    ids=["not-a-boolean", "one-replica-ha", "bad-digest", "unknown-value"],
+    ids=["not-a-boolean", "one-replica-ha", "bad-digest", "unknown-value", "resources-typo"],
 )
 def test_the_schema_refuses_bad_values(chart: helm.Chart, values: dict[str, Any]) -> None:
     with pytest.raises(helm.HelmError):
