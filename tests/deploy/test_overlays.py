@@ -189,9 +189,11 @@ def test_kube_prometheus_prometheus_may_discover_the_targets() -> None:
     assert find(build(BASE), "Role", "nodesync-prometheus") == []
 
 
-def test_the_documented_patch_binds_another_prometheus(tmp_path: Path) -> None:
+def _standard_with_documented_patch(tmp_path: Path, heading: str, end: str) -> list[Obj]:
+    """The standard overlay built with the one yaml block of docs/install.md's section
+    ``heading`` (up to the next ``end``), as a reader's own overlay would add it."""
     docs = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
-    section = docs.split("### Prometheus' permissions", 1)[1].split("\n### ", 1)[0]
+    section = docs.split(heading, 1)[1].split(end, 1)[0]
     (patch,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
     overlay = tmp_path / "overlay"
     overlay.mkdir()
@@ -200,37 +202,37 @@ def test_the_documented_patch_binds_another_prometheus(tmp_path: Path) -> None:
         f"  - {os.path.relpath(OVERLAYS / 'standard', overlay)}\n{patch}",
         encoding="utf-8",
     )
-    patched = build(overlay)
+    return build(overlay)
+
+
+def _changed(standard: list[Obj], patched: list[Obj]) -> list[tuple[str, str, str]]:
+    """The objects the patch changed."""
+    before = _by_key(standard)
+    return [k for k, o in _by_key(patched).items() if before[k] != o]
+
+
+def test_the_documented_patch_binds_another_prometheus(tmp_path: Path) -> None:
+    patched = _standard_with_documented_patch(tmp_path, "### Prometheus' permissions", "\n### ")
     _, binding = _prometheus_rbac(patched)
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "prometheus", "namespace": "observability"}
     ]
     # Nothing else changes.
-    standard = _by_key(build(OVERLAYS / "standard"))
-    changed = [k for k, o in _by_key(patched).items() if standard[k] != o]
+    changed = _changed(build(OVERLAYS / "standard"), patched)
     assert changed == [("RoleBinding", NAMESPACE, "nodesync-prometheus")]
 
 
 def test_the_documented_patch_raises_the_controllers_memory_limit(tmp_path: Path) -> None:
-    docs = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
-    section = docs.split("### The controller's memory by cluster size", 1)[1].split("\n## ", 1)[0]
-    (patch,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
-        f"  - {os.path.relpath(OVERLAYS / 'standard', overlay)}\n{patch}",
-        encoding="utf-8",
+    patched = _standard_with_documented_patch(
+        tmp_path, "### The controller's memory by cluster size", "\n## "
     )
-    patched = build(overlay)
-    shipped = container(controller_workload(build(OVERLAYS / "standard")), "controller")
+    standard = build(OVERLAYS / "standard")
+    shipped = container(controller_workload(standard), "controller")
     raised = container(controller_workload(patched), "controller")
     assert shipped["resources"]["limits"]["memory"] == "512Mi"
     assert raised["resources"]["limits"] == {**shipped["resources"]["limits"], "memory": "1Gi"}
     # Nothing else changes: the controller is the Deployment's first container.
-    standard = _by_key(build(OVERLAYS / "standard"))
-    changed = [k for k, o in _by_key(patched).items() if standard[k] != o]
-    assert changed == [("Deployment", NAMESPACE, "nodesync-controller")]
+    assert _changed(standard, patched) == [("Deployment", NAMESPACE, "nodesync-controller")]
     assert raised == {
         **shipped,
         "resources": {**shipped["resources"], "limits": raised["resources"]["limits"]},
