@@ -492,7 +492,8 @@ class SimulatedKubelet:
         if failed:
             status = objects.pod_status("Running", self._scheduled(pod), now, statuses)
             if await self._client.patch_pod_status(info.namespace, info.name, status):
-                self._timeline.record(self.name, timeline.POD_FAILED, _pod_name(pod))
+                # At the failure, which the back-off counts from, not when its status landed.
+                self._timeline.record(self.name, timeline.POD_FAILED, _pod_name(pod), at=now)
 
     async def _recover(self, pod: BoundPod, run: _Run, now: float) -> None:
         runtime = self._sim_runtime
