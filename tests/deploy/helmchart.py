@@ -17,10 +17,10 @@ Each template holds one object as ``kubectl kustomize deploy/overlays/standard``
 Where a switched build differs from the reference, the differing lines go into an
 ``{{- if ... }}`` block (objects it adds or removes, whole). Switches that change the same lines
 cannot be combined this way and stop the generator. ``image:`` lines take the image from the
-values, ``ha.replicas`` the controller's replicas, ``controller.resources`` and
-``agent.resources`` the ``resources:`` of the controller's and the agent's container (their
-defaults in values.yaml are the manifests'); the Namespace is switched by
-``namespace.create``. Hand-written templates (no generated-file header) are left alone.
+values, ``ha.replicas`` the controller's replicas; the values that extend or replace a few lines
+(resources, extra flags, the monitoring objects' labels) are tests/deploy/chartvalues.py's;
+the Namespace is switched by ``namespace.create``. Hand-written templates (no generated-file
+header) are left alone.
 """
 
 from __future__ import annotations
@@ -43,7 +43,16 @@ from typing import Any
 
 import yaml
 
+from exporter.cli import get_parser
 from nodesync_sim.yamlfile import loads_all
+from tests.deploy.chartvalues import (
+    WORKLOADS,
+    ValueLinesError,
+    extra_args_from_values,
+    monitoring_labels_from_values,
+    reserved_flags,
+    resources_from_values,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -211,39 +220,6 @@ def substitute(line: str, switch: Switch | None, key: Key) -> str:
     return escape(line)
 
 
-#: The workloads whose container ``resources:`` come from the values, by (kind, name).
-RESOURCES = {
-    ("Deployment", "nodesync-controller"): ".Values.controller.resources",
-    ("DaemonSet", "nodesync-agent"): ".Values.agent.resources",
-}
-RESOURCES_LINE = re.compile(r"^(\s*)resources:$")
-
-
-def resources_from_values(key: Key, lines: list[str]) -> list[str]:
-    """The object's one container ``resources:`` block replaced by its value (RESOURCES)."""
-    value = RESOURCES.get((key[0], key[2]))
-    if value is None:
-        return lines
-    found = [i for i, line in enumerate(lines) if RESOURCES_LINE.match(line)]
-    if len(found) != 1:
-        raise GenerationError(f"{key[0]} {key[2]}: {len(found)} resources blocks, expected one")
-    (at,) = found
-    depth = len(lines[at]) - len(lines[at].lstrip())
-    # The block: the deeper lines after it, and any switch's directives among them (a
-    # directive starts its line); directives right after it belong to what follows.
-    end = at + 1
-    while end < len(lines) and (
-        lines[end].startswith("{{") or len(lines[end]) - len(lines[end].lstrip()) > depth
-    ):
-        end += 1
-    while end > at + 1 and lines[end - 1].startswith("{{"):
-        end -= 1
-    if any("{{" in line for line in lines[at + 1 : end]):
-        raise GenerationError(f"{key[0]} {key[2]}: a switch changes its resources")
-    value_lines = [lines[at], f"{{{{- toYaml {value} | nindent {depth + 2} }}}}"]
-    return [*lines[:at], *value_lines, *lines[end:]]
-
-
 def block(condition: str, then: list[str], otherwise: list[str]) -> list[str]:
     out = [f"{{{{- if {condition} }}}}", *then]
     if otherwise:
@@ -284,6 +260,43 @@ def template(key: Key, reference: str, variants: list[tuple[Switch, str]]) -> st
     return "\n".join(out) + "\n"
 
 
+def command_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of ``nodesync <command>``, with no environment."""
+    parser = get_parser({}, command=command)
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    sub: argparse.ArgumentParser = commands.choices[command]
+    return sub
+
+
+def containers(
+    key: Key, variants: list[tuple[Switch, dict[Key, str]]], reference: dict[Key, str]
+) -> list[Obj]:
+    """The object's containers in every build that has it."""
+    texts = [reference[key]] if key in reference else []
+    texts += [objects[key] for _, objects in variants if key in objects]
+    found: list[Obj] = []
+    for text in texts:
+        obj = yaml.safe_load(text)
+        found += obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+    return found
+
+
+def values_lines(key: Key, lines: list[str], workload_containers: list[Obj]) -> list[str]:
+    """The object's lines with the values that are not switches (tests/deploy/chartvalues)."""
+    try:
+        lines = resources_from_values(key, lines)
+        lines = monitoring_labels_from_values(key, lines)
+        if (key[0], key[2]) in WORKLOADS:
+            commands = {c["args"][0] for c in workload_containers}
+            if len(commands) != 1:
+                raise GenerationError(f"{key[0]} {key[2]}: runs {sorted(commands)}, not one")
+            reserved = reserved_flags(workload_containers, command_parser(commands.pop()))
+            lines = extra_args_from_values(key, lines, reserved)
+    except ValueLinesError as exc:
+        raise GenerationError(str(exc)) from exc
+    return lines
+
+
 def file_name(key: Key) -> str:
     kind, _, name = key
     return f"{kind.lower()}-{name}.yaml"
@@ -310,7 +323,8 @@ def generate() -> dict[str, str]:
             switch, text = present[0]
             body = "\n".join(block(switch.condition, [substitute(x, switch, key) for x in
                                                        text.splitlines()], [])) + "\n"  # fmt: skip
-        body = "\n".join(resources_from_values(key, body.splitlines())) + "\n"
+        body = "\n".join(values_lines(key, body.splitlines(), containers(key, variants, reference)))
+        body += "\n"
         if key[0] == "Namespace":
             body = "\n".join(block(".Values.namespace.create", body.splitlines(), [])) + "\n"
         name = file_name(key)

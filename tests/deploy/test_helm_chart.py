@@ -6,6 +6,7 @@ the corresponding kustomization builds."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,8 +14,9 @@ import helm_python as helm
 import pytest
 
 from exporter import __version__
+from exporter.cli import get_parser
 from nodesync_sim.yamlfile import loads_all
-from tests.deploy import helmchart
+from tests.deploy import chartvalues, helmchart
 from tests.deploy.helmchart import (
     BASE,
     CHART,
@@ -78,8 +80,16 @@ def test_environment_order_does_not_matter() -> None:
 
 @pytest.mark.parametrize(
     "values",
-    [{}, {"dryRun": False, "deleteNodes": True, "ha": {"enabled": True}, "monitoring": False}],
-    ids=["defaults", "everything-switched"],
+    [
+        {},
+        {"dryRun": False, "deleteNodes": True, "ha": {"enabled": True}, "monitoring": False},
+        {
+            "controller": {"extraArgs": ["--guard.max-rollbacks=20", "--log.level=debug"]},
+            "agent": {"extraArgs": ["--sync.period=15s"]},
+            "monitoringLabels": {"release": "kube-prometheus-stack"},
+        },
+    ],
+    ids=["defaults", "everything-switched", "extra-args-and-labels"],
 )
 def test_helm_lint_passes(values: dict[str, Any]) -> None:
     report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
@@ -213,11 +223,124 @@ def test_a_switch_that_changes_resources_stops_the_generator() -> None:
         "{{- end }}",
         "        securityContext: {}",
     ]
-    with pytest.raises(helmchart.GenerationError, match="a switch changes its resources"):
-        helmchart.resources_from_values(("Deployment", NAMESPACE, "nodesync-controller"), lines)
+    with pytest.raises(chartvalues.ValueLinesError, match="a switch changes its resources"):
+        chartvalues.resources_from_values(("Deployment", NAMESPACE, "nodesync-controller"), lines)
     twice = ["        resources:", "          limits: {}", "        resources:"]
-    with pytest.raises(helmchart.GenerationError, match="2 resources blocks"):
-        helmchart.resources_from_values(("DaemonSet", NAMESPACE, "nodesync-agent"), twice)
+    with pytest.raises(chartvalues.ValueLinesError, match="2 resources blocks"):
+        chartvalues.resources_from_values(("DaemonSet", NAMESPACE, "nodesync-agent"), twice)
+
+
+WORKLOADS = {
+    "controller": ("Deployment", "nodesync-controller"),
+    "agent": ("DaemonSet", "nodesync-agent"),
+}
+
+
+def _container(rendered: dict[Key, Obj], role: str) -> Obj:
+    kind, name = WORKLOADS[role]
+    (container,) = rendered[(kind, NAMESPACE, name)]["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _parsed(container: Obj) -> Any:
+    """The container's command line as nodesync parses it, with the container's environment
+    (its literal values; fieldRef ones as a placeholder)."""
+    environ = {e["name"]: str(e.get("value", "x")) for e in container.get("env", [])}
+    return get_parser(environ, command=container["args"][0]).parse_args(container["args"])
+
+
+@pytest.mark.parametrize(
+    ("role", "extra", "dest", "value"),
+    [
+        (
+            "controller",
+            ["--guard.max-rollbacks=20", "--log.level=debug"],
+            "guard_max_rollbacks",
+            20,
+        ),
+        ("agent", ["--sync.period=15s"], "sync_period", 15.0),
+    ],
+)
+def test_extra_args_reach_the_command_line(
+    chart: helm.Chart, role: str, extra: list[str], dest: str, value: object
+) -> None:
+    default = render(chart, {})
+    rendered = render(chart, {role: {"extraArgs": extra}})
+    before, after = _container(default, role), _container(rendered, role)
+    assert after["args"] == [*before["args"], *extra]
+    assert getattr(_parsed(before), dest) != value
+    assert getattr(_parsed(after), dest) == value
+    # The chart's own settings are untouched, and nothing else changes.
+    assert _parsed(after).log_format == "json"
+    kind, name = WORKLOADS[role]
+    assert [k for k in default if default[k] != rendered[k]] == [(kind, NAMESPACE, name)]
+
+
+def _chart_set_flags(container: Obj) -> list[str]:
+    """The flags of every setting the container sets: by a flag in its args or by the
+    setting's environment variable (which a flag would override), from nodesync's parser."""
+    parser = helmchart.command_parser(container["args"][0])
+    names = {e["name"] for e in container["env"]}
+    given = {a.split("=", 1)[0] for a in container["args"]}
+    return [
+        action.option_strings[0]
+        for action in parser._actions
+        if (setting := getattr(action, "setting", None)) is not None
+        and (setting.environment in names or given & set(action.option_strings))
+    ]
+
+
+@pytest.mark.parametrize("role", ["controller", "agent"])
+def test_extra_args_cannot_override_what_the_chart_sets(chart: helm.Chart, role: str) -> None:
+    # Every build's settings: ha adds the leader's identity.
+    container = _container(render(chart, {"ha": {"enabled": True}}), role)
+    flags = _chart_set_flags(container)
+    expected = {
+        "controller": {"--rollback.dry-run", "--journal.path", "--web.listen-address"},
+        "agent": {"--cri.endpoint", "--kubelet.root-dir", "--web.listen-address"},
+    }[role]
+    assert expected <= set(flags)
+    for flag in flags:
+        with pytest.raises(helm.HelmError, match=re.escape(f"{role}.extraArgs: {flag} is set")):
+            render(chart, {role: {"extraArgs": ["--log.level=debug", f"{flag}=x"]}})
+
+
+@pytest.mark.parametrize(
+    ("role", "arg", "flag"),
+    [
+        ("controller", "--no-rollback.dry-run", "--no-rollback.dry-run"),
+        ("controller", "--dry-run=false", "--dry-run"),  # a former name of --rollback.dry-run
+        ("controller", "--leader-election.enabled", "--leader-election.enabled"),
+        ("agent", "--cri-endpoint=unix:///run/other.sock", "--cri-endpoint"),
+    ],
+)
+def test_extra_args_cannot_override_by_another_name(
+    chart: helm.Chart, role: str, arg: str, flag: str
+) -> None:
+    with pytest.raises(helm.HelmError, match=re.escape(f"{role}.extraArgs: {flag} is set")):
+        render(chart, {role: {"extraArgs": [arg]}})
+
+
+MONITORING_KINDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
+
+
+def test_monitoring_labels_go_on_what_prometheus_and_alertmanager_select(
+    chart: helm.Chart,
+) -> None:
+    default = render(chart, {})
+    labelled = render(chart, {"monitoringLabels": {"release": "kps", "team": "platform"}})
+    changed = [k for k in default if default[k] != labelled[k]]
+    assert {k[0] for k in changed} == MONITORING_KINDS
+    assert len(changed) == 4  # two ServiceMonitors
+    for k in changed:
+        assert labelled[k]["metadata"]["labels"] == {
+            **default[k]["metadata"]["labels"],
+            "release": "kps",
+            "team": "platform",
+        }
+    # Without the monitoring objects the value changes nothing.
+    off = {"monitoring": False}
+    assert render(chart, {**off, "monitoringLabels": {"release": "kps"}}) == render(chart, off)
 
 
 def test_the_namespace_can_be_left_out(chart: helm.Chart) -> None:
@@ -225,17 +348,64 @@ def test_the_namespace_can_be_left_out(chart: helm.Chart) -> None:
     assert ("Namespace", "", NAMESPACE) not in render(chart, {"namespace": {"create": False}})
 
 
+SCHEMA = "don't meet the specifications of the schema"
+
+
 @pytest.mark.parametrize(
-    "values",
+    ("values", "reason"),
     [
-        {"dryRun": "yes"},
-        {"ha": {"enabled": True, "replicas": 1}},
-        {"image": {"repository": "nodesync", "digest": "latest"}},
-        {"delete_nodes": True},
-        {"controller": {"resources": {"limit": {"memory": "1Gi"}}}},
+        ({"dryRun": "yes"}, "/dryRun"),
+        ({"ha": {"enabled": True, "replicas": 1}}, "/ha/replicas"),
+        ({"image": {"repository": "nodesync", "digest": "latest"}}, "/image/digest"),
+        ({"delete_nodes": True}, "delete_nodes"),
+        ({"controller": {"resources": {"limit": {"memory": "1Gi"}}}}, "limit"),
+        ({"controller": {"extraArgs": ["--guard.max-rollbacks", "20"]}}, "'20' does not match"),
+        ({"agent": {"extraArgs": "--sync.period=15s"}}, "/agent/extraArgs"),
+        ({"monitoringLabels": {"app.kubernetes.io/name": "x"}}, "'app.kubernetes.io/name'"),
+        ({"monitoringLabels": {"release": 1}}, "/monitoringLabels/release"),
     ],
-    ids=["not-a-boolean", "one-replica-ha", "bad-digest", "unknown-value", "resources-typo"],
+    ids=[
+        "not-a-boolean",
+        "one-replica-ha",
+        "bad-digest",
+        "unknown-value",
+        "resources-typo",
+        "extra-arg-not-a-flag",
+        "extra-args-not-a-list",
+        "label-the-chart-sets",
+        "label-not-a-string",
+    ],
 )
-def test_the_schema_refuses_bad_values(chart: helm.Chart, values: dict[str, Any]) -> None:
-    with pytest.raises(helm.HelmError):
+def test_the_schema_refuses_bad_values(
+    chart: helm.Chart, values: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(helm.HelmError) as refused:
         render(chart, values)
+    assert SCHEMA in str(refused.value)
+    assert reason in str(refused.value)
+
+
+def test_the_generator_stops_where_extra_args_cannot_go() -> None:
+    controller = ("Deployment", NAMESPACE, "nodesync-controller")
+    switched = [
+        "      - args:",
+        "        - controller",
+        "{{- if .Values.ha.enabled }}",
+        "        - --leader-election.enabled",
+        "{{- end }}",
+        "        env: []",
+    ]
+    with pytest.raises(chartvalues.ValueLinesError, match="a switch changes its args"):
+        chartvalues.extra_args_from_values(controller, switched, [])
+    plain = [*switched[:2], switched[-1]]
+    (call,) = [
+        line
+        for line in chartvalues.extra_args_from_values(controller, plain, ["--a"])
+        if "extraArgs" in line
+    ]
+    assert call.startswith("{{- with include")
+    assert '(list "--a")' in call
+    assert call.endswith("{{ . | nindent 8 }}{{- end }}")
+    parser = helmchart.command_parser("agent")
+    with pytest.raises(chartvalues.ValueLinesError, match="--no-such-flag"):
+        chartvalues.reserved_flags([{"args": ["agent", "--no-such-flag=1"]}], parser)

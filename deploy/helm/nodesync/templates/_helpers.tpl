@@ -6,3 +6,21 @@
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A container's extra flags (controller.extraArgs, agent.extraArgs) as YAML list items, after
+refusing each flag the chart sets itself (the generated templates pass those as "reserved").
+*/}}
+{{- define "nodesync.extraArgs" -}}
+{{- $value := .value -}}
+{{- $reserved := .reserved -}}
+{{- range .args -}}
+{{- $flag := regexReplaceAll "=.*$" . "" -}}
+{{- if has $flag $reserved -}}
+{{- fail (printf "%s: %s is set by the chart (by a value, or because the other objects rely on it); set it through values.yaml, not as an extra flag" $value $flag) -}}
+{{- end -}}
+{{- end -}}
+{{- with .args -}}
+{{ toYaml . }}
+{{- end -}}
+{{- end -}}
