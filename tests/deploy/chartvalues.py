@@ -6,6 +6,8 @@ a few lines of a generated template (tests/deploy/helmchart.py).
 | ``controller.resources``, ``agent.resources`` | the container's ``resources:`` block |
 | ``controller.extraArgs``, ``agent.extraArgs`` | flags appended to the container's ``args`` |
 | ``monitoringLabels`` | labels added to the Prometheus Operator's objects |
+| ``imagePullSecrets`` | the pod specs of both workloads |
+| ``controller.nodeSelector``, ``controller.tolerations`` | the controller's pod spec |
 
 A flag the manifests set (in ``args``, or through its ``NODESYNC_`` environment variable, which
 a flag would override) is *reserved*: the chart refuses it in ``extraArgs``, naming it, since
@@ -40,6 +42,17 @@ LABELLED_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule", "Alertmanage
 RESOURCES_LINE = re.compile(r"^(\s*)resources:$")
 ARGS_LINE = re.compile(r"^(\s*)(- )?args:$")
 LABELS_LINE = re.compile(r"^  labels:$")
+#: A line of the pod spec (one per workload) before which the pod values go.
+POD_SPEC_LINE = re.compile(r"^      serviceAccountName: ")
+#: The pod spec's fields that come from the values, by workload: field -> value.
+POD_FIELDS = {
+    ("Deployment", "nodesync-controller"): {
+        "imagePullSecrets": ".Values.imagePullSecrets",
+        "nodeSelector": ".Values.controller.nodeSelector",
+        "tolerations": ".Values.controller.tolerations",
+    },
+    ("DaemonSet", "nodesync-agent"): {"imagePullSecrets": ".Values.imagePullSecrets"},
+}
 
 
 def _depth(line: str) -> int:
@@ -146,3 +159,26 @@ def monitoring_labels_from_values(key: Key, lines: list[str]) -> list[str]:
     end = _block_end(lines, at, 2)
     value = "{{- with .Values.monitoringLabels }}{{ toYaml . | nindent 4 }}{{- end }}"
     return [*lines[:end], value, *lines[end:]]
+
+
+def pod_fields_from_values(key: Key, lines: list[str]) -> list[str]:
+    """The workload's pod spec with the fields of POD_FIELDS, each when its value is set; a
+    field the manifests already set would be written twice and stops the generator."""
+    fields = POD_FIELDS.get((key[0], key[2]))
+    if fields is None:
+        return lines
+    at = _one(key, lines, POD_SPEC_LINE, "pod specs")
+    depth = _depth(lines[at])
+    added: list[str] = []
+    for field, value in fields.items():
+        if any(line == f"{' ' * depth}{field}:" for line in lines):
+            raise ValueLinesError(f"{key[0]} {key[2]}: the manifests set {field} already")
+        # A mapping's keys go one level deeper; a list's items at the field's own depth.
+        items = depth + (2 if field == "nodeSelector" else 0)
+        added += [
+            f"{{{{- with {value} }}}}",
+            f"{' ' * depth}{field}:",
+            f"{{{{- toYaml . | nindent {items} }}}}",
+            "{{- end }}",
+        ]
+    return [*lines[:at], *added, *lines[at:]]

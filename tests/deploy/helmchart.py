@@ -50,6 +50,7 @@ from tests.deploy.chartvalues import (
     ValueLinesError,
     extra_args_from_values,
     monitoring_labels_from_values,
+    pod_fields_from_values,
     reserved_flags,
     resources_from_values,
 )
@@ -286,6 +287,7 @@ def values_lines(key: Key, lines: list[str], workload_containers: list[Obj]) -> 
     try:
         lines = resources_from_values(key, lines)
         lines = monitoring_labels_from_values(key, lines)
+        lines = pod_fields_from_values(key, lines)
         if (key[0], key[2]) in WORKLOADS:
             commands = {c["args"][0] for c in workload_containers}
             if len(commands) != 1:

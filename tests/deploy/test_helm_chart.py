@@ -84,12 +84,17 @@ def test_environment_order_does_not_matter() -> None:
         {},
         {"dryRun": False, "deleteNodes": True, "ha": {"enabled": True}, "monitoring": False},
         {
-            "controller": {"extraArgs": ["--guard.max-rollbacks=20", "--log.level=debug"]},
+            "controller": {
+                "extraArgs": ["--guard.max-rollbacks=20", "--log.level=debug"],
+                "nodeSelector": {"pool": "system"},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            },
             "agent": {"extraArgs": ["--sync.period=15s"]},
             "monitoringLabels": {"release": "kube-prometheus-stack"},
+            "imagePullSecrets": [{"name": "registry"}],
         },
     ],
-    ids=["defaults", "everything-switched", "extra-args-and-labels"],
+    ids=["defaults", "everything-switched", "the-other-values"],
 )
 def test_helm_lint_passes(values: dict[str, Any]) -> None:
     report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
@@ -348,6 +353,62 @@ def test_the_namespace_can_be_left_out(chart: helm.Chart) -> None:
     assert ("Namespace", "", NAMESPACE) not in render(chart, {"namespace": {"create": False}})
 
 
+def _pod(rendered: dict[Key, Obj], role: str) -> Obj:
+    kind, name = WORKLOADS[role]
+    pod: Obj = rendered[(kind, NAMESPACE, name)]["spec"]["template"]["spec"]
+    return pod
+
+
+def test_image_pull_secrets_go_on_both_pods(chart: helm.Chart) -> None:
+    default = render(chart, {})
+    secrets = [{"name": "registry-a"}, {"name": "registry-b"}]
+    rendered = render(chart, {"imagePullSecrets": secrets})
+    for role in WORKLOADS:
+        assert "imagePullSecrets" not in _pod(default, role)
+        assert _pod(rendered, role)["imagePullSecrets"] == secrets
+        assert {**_pod(rendered, role), "imagePullSecrets": None} == {
+            **_pod(default, role),
+            "imagePullSecrets": None,
+        }
+    changed = {k for k in default if default[k] != rendered[k]}
+    assert changed == {(kind, NAMESPACE, name) for kind, name in WORKLOADS.values()}
+
+
+@pytest.mark.parametrize("ha", [False, True], ids=["single", "ha"])
+def test_the_controller_can_be_placed(chart: helm.Chart, ha: bool) -> None:
+    switched = {"ha": {"enabled": ha}}
+    default = render(chart, switched)
+    placement = {
+        "nodeSelector": {"node-role.example.com/system": "true"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system",
+                         "effect": "NoSchedule"}],
+    }  # fmt: skip
+    rendered = render(chart, {**switched, "controller": placement})
+    pod = _pod(rendered, "controller")
+    assert pod["nodeSelector"] == placement["nodeSelector"]
+    assert pod["tolerations"] == placement["tolerations"]
+    # The ha build's anti-affinity stays beside them.
+    assert ("affinity" in pod) is ha
+    assert {k: v for k, v in pod.items() if k not in placement} == _pod(default, "controller")
+    assert [k for k in default if default[k] != rendered[k]] == [
+        ("Deployment", NAMESPACE, "nodesync-controller")
+    ]
+
+
+def test_a_pod_field_the_manifests_set_stops_the_generator() -> None:
+    lines = [
+        "      tolerations:",
+        "      - operator: Exists",
+        "      serviceAccountName: nodesync-controller",
+    ]
+    with pytest.raises(chartvalues.ValueLinesError, match="set tolerations already"):
+        chartvalues.pod_fields_from_values(("Deployment", NAMESPACE, "nodesync-controller"), lines)
+    # The agent's own tolerations are not one of its pod values.
+    agent = chartvalues.pod_fields_from_values(("DaemonSet", NAMESPACE, "nodesync-agent"), lines)
+    assert agent[-1] == lines[-1]
+    assert "{{- with .Values.imagePullSecrets }}" in agent
+
+
 SCHEMA = "don't meet the specifications of the schema"
 
 
@@ -363,6 +424,8 @@ SCHEMA = "don't meet the specifications of the schema"
         ({"agent": {"extraArgs": "--sync.period=15s"}}, "/agent/extraArgs"),
         ({"monitoringLabels": {"app.kubernetes.io/name": "x"}}, "'app.kubernetes.io/name'"),
         ({"monitoringLabels": {"release": 1}}, "/monitoringLabels/release"),
+        ({"imagePullSecrets": ["registry-a"]}, "/imagePullSecrets/0"),
+        ({"agent": {"nodeSelector": {"pool": "system"}}}, "nodeSelector"),
     ],
     ids=[
         "not-a-boolean",
@@ -374,6 +437,8 @@ SCHEMA = "don't meet the specifications of the schema"
         "extra-args-not-a-list",
         "label-the-chart-sets",
         "label-not-a-string",
+        "pull-secret-not-an-object",
+        "agent-placement",
     ],
 )
 def test_the_schema_refuses_bad_values(
