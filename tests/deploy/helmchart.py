@@ -18,9 +18,9 @@ Where a switched build differs from the reference, the differing lines go into a
 ``{{- if ... }}`` block (objects it adds or removes, whole). Switches that change the same lines
 cannot be combined this way and stop the generator. ``image:`` lines take the image from the
 values, ``ha.replicas`` the controller's replicas; the values that extend or replace a few lines
-(resources, extra flags, the monitoring objects' labels) are tests/deploy/chartvalues.py's;
-the Namespace is switched by ``namespace.create``. Hand-written templates (no generated-file
-header) are left alone.
+(resources, extra flags, the monitoring objects' labels, pull secrets, the controller's
+placement) are tests/deploy/chartvalues.py's; the Namespace is switched by
+``namespace.create``. Hand-written templates (no generated-file header) are left alone.
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ def containers(
 ) -> list[Obj]:
     """The object's containers in every build that has it."""
     texts = [reference[key]] if key in reference else []
-    texts += [objects[key] for _, objects in variants if key in objects]
+    texts += [built[key] for _, built in variants if key in built]
     found: list[Obj] = []
     for text in texts:
         obj = yaml.safe_load(text)

@@ -17,7 +17,7 @@ refusing each flag the chart sets itself (the generated templates pass those as 
 {{- range .args -}}
 {{- $flag := regexReplaceAll "=.*$" . "" -}}
 {{- if has $flag $reserved -}}
-{{- fail (printf "%s: %s is set by the chart (by a value, or because the other objects rely on it); set it through values.yaml, not as an extra flag" $value $flag) -}}
+{{- fail (printf "%s: %s is set by the chart (from values.yaml, or by the manifests the other objects rely on), so it cannot be an extra flag" $value $flag) -}}
 {{- end -}}
 {{- end -}}
 {{- with .args -}}
