@@ -5,18 +5,19 @@ The doc's shell blocks run through bash with a ``helm`` on PATH (:func:`helm_on_
 this module. It takes exactly the arguments the docs use and refuses any other, so a doc that
 starts using one fails here instead of meaning something else:
 
-    helm install|upgrade RELEASE CHART [--namespace NS] [--set K=V[,K=V]]... [--reuse-values]
-                                       [--wait] [--timeout DURATION]
+    helm install|upgrade RELEASE CHART [--namespace NS] [--set K=V[,K=V]]... [--set-json K=JSON]...
+                                       [--reuse-values] [--wait] [--timeout DURATION]
     helm uninstall RELEASE [--namespace NS] [--wait] [--timeout DURATION]
 
 ``--set`` parses values as Helm's strvals does for the forms the docs use: ``true``/``false``
 are booleans, ``null`` removes, integers are integers, anything else a string; dotted keys nest.
-Keys with brackets or escaped commas are refused.
+Keys with brackets or escaped commas are refused. ``--set-json`` sets one key to a JSON value.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -36,14 +37,31 @@ def parse_set(values: dict[str, Any], argument: str) -> None:
         key, sep, text = pair.partition("=")
         if not sep or not KEY.fullmatch(key):
             raise ValueError(f"--set {argument!r}: expected KEY=VALUE")
-        *parents, leaf = key.split(".")
-        node = values
-        for name in parents:
-            child = node.setdefault(name, {})
-            if not isinstance(child, dict):
-                raise ValueError(f"--set {key}: {name} is not a map")
-            node = child
-        node[leaf] = _typed(text)
+        _assign(values, key, _typed(text), "--set")
+
+
+def parse_set_json(values: dict[str, Any], argument: str) -> None:
+    """One ``--set-json KEY=JSON`` argument into ``values`` (nested by dots)."""
+    key, sep, text = argument.partition("=")
+    if not sep or not KEY.fullmatch(key):
+        raise ValueError(f"--set-json {argument!r}: expected KEY=JSON")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--set-json {key}: not JSON: {error}") from None
+    _assign(values, key, value, "--set-json")
+
+
+def _assign(values: dict[str, Any], key: str, value: Any, flag: str) -> None:
+    """``value`` at the dotted ``key`` of ``values``, making the maps on the way."""
+    *parents, leaf = key.split(".")
+    node = values
+    for name in parents:
+        child = node.setdefault(name, {})
+        if not isinstance(child, dict):
+            raise ValueError(f"{flag} {key}: {name} is not a map")
+        node = child
+    node[leaf] = value
 
 
 def _typed(text: str) -> Any:
@@ -73,6 +91,7 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("release")
         command.add_argument("chart")
         command.add_argument("--set", action="append", default=[], dest="sets")
+        command.add_argument("--set-json", action="append", default=[], dest="set_jsons")
         if name == "upgrade":
             command.add_argument("--reuse-values", action="store_true")
     uninstall = commands.add_parser("uninstall")
@@ -98,6 +117,8 @@ def run(argv: Sequence[str]) -> str:
         values: dict[str, Any] = {}
         for argument in args.sets:
             parse_set(values, argument)
+        for argument in args.set_jsons:
+            parse_set_json(values, argument)
         chart = helm.Chart.load(Path(args.chart))
         if args.command == "install":
             release = config.install(

@@ -303,16 +303,21 @@ def test_the_helm_chart_installs_acts_upgrades_and_uninstalls_as_the_docs_say(
         # "To act, after the dry run": the doc's command, with the component it names.
         text = (ROOT / "docs" / "install.md").read_text()
         (act,) = [" ".join(c.split()) for c in re.findall(r"`(helm upgrade [^`]+)`", text)]
-        installer.shell(f"{act} --set deleteNodes=true", cwd=workdir / "nodesync")
+        # With the doc's example of the controller's other settings as extra flags.
+        (extra,) = re.findall(r"`(--set-json '[^`]+)`", text)
+        installer.shell(f"{act} --set deleteNodes=true {extra}", cwd=workdir / "nodesync")
         controller = _wait_chart(installer, [node.name], dry_run=False, tag="0.1.0")
         assert _controller_env(controller)["NODESYNC_ROLLBACK_DELETE_NODES"] == "true"
+        flags = ["--guard.max-rollbacks=20", "--log.level=debug"]
+        assert controller["spec"]["containers"][0]["args"] == ["controller", *flags]
         assert installer.get("clusterrole", "nodesync-controller-delete-nodes")["rules"]
 
-        # A new node joins, with the chart's agent; the controller stays where it runs. The
-        # chart has no value for the controller's environment: it waits the shipped minute for
-        # a stopped agent, then rolls the node back without it.
+        # A new node joins, with the chart's agent; the controller stays where it runs. Its
+        # cleanup acknowledgement timeout is the shipped one (no value or flag sets it): it
+        # waits the shipped minute for a stopped agent, then rolls the node back without it.
         new = _join(cluster, built_image)
         assert "NODESYNC_CLEANUP_ACK_TIMEOUT" not in _controller_env(controller)
+        assert not any("cleanup" in arg for arg in controller["spec"]["containers"][0]["args"])
         _wait_chart(installer, [node.name, new.name], dry_run=False, tag="0.1.0")
 
         # docs/upgrade.md with Helm, the next image's tag, the values kept, mid-rollback.
@@ -321,6 +326,7 @@ def test_the_helm_chart_installs_acts_upgrades_and_uninstalls_as_the_docs_say(
         monitor_and_roll_back(installer, [node, new], controller, next_tag)
         controller = _wait_chart(installer, [node.name], dry_run=False, tag=NEXT_TAG)
         assert _controller_env(controller)["NODESYNC_ROLLBACK_DELETE_NODES"] == "true"
+        assert controller["spec"]["containers"][0]["args"] == ["controller", *flags]
         assert _helm_release(installer)["version"] == 3
 
         # docs/uninstall.md with Helm: steps 1 and 3 as for kustomize, Helm's removal for 2.

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.helmcli import _seconds, parse_set, parser
+from tests.deploy.helmcli import _seconds, parse_set, parse_set_json, parser
 from tests.deploy.manifests import ROOT
 
 DOCS = ("install.md", "uninstall.md", "upgrade.md")
@@ -43,6 +43,22 @@ def test_set_is_parsed_as_helm_parses_it(arguments: list[str], values: dict[str,
 def test_set_forms_the_docs_do_not_use_are_refused(argument: str) -> None:
     with pytest.raises(ValueError, match="--set"):
         parse_set({}, argument)
+
+
+def test_set_json_sets_one_key_to_a_json_value() -> None:
+    values: dict[str, Any] = {"controller": {"resources": {}}}
+    parse_set_json(values, 'controller.extraArgs=["--log.level=debug","--a=1,2"]')
+    parse_set_json(values, "ha.replicas=3")
+    assert values == {
+        "controller": {"resources": {}, "extraArgs": ["--log.level=debug", "--a=1,2"]},
+        "ha": {"replicas": 3},
+    }
+
+
+@pytest.mark.parametrize("argument", ["a.b", "a.b=[1,", "a..b=1", "a=1,b=2"])
+def test_set_json_forms_that_are_not_one_key_and_json_are_refused(argument: str) -> None:
+    with pytest.raises(ValueError, match="--set-json"):
+        parse_set_json({}, argument)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("300s", 300), ("5m", 300), ("1m30s", 90)])
