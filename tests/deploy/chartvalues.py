@@ -105,18 +105,17 @@ def reserved_flags(containers: Iterable[Obj], parser: argparse.ArgumentParser) -
     for container in containers:
         environment |= {variable["name"] for variable in container.get("env", [])}
         flags |= {arg.split("=", 1)[0] for arg in container.get("args", []) if arg[:2] == "--"}
-    reserved: set[str] = set()
+    # A setting's names: its flag, a boolean's --no- form, former names (separate actions).
+    names: dict[str, set[str]] = {}
     for action in parser._actions:
-        setting = getattr(action, "setting", None)
-        if setting is None:
-            continue
-        if setting.environment in environment or flags & set(action.option_strings):
-            reserved |= {
-                s
-                for a in parser._actions
-                if getattr(a, "setting", None) is setting
-                for s in a.option_strings
-            }
+        if (setting := getattr(action, "setting", None)) is not None:
+            names.setdefault(setting.environment, set()).update(action.option_strings)
+    reserved = {
+        name
+        for variable, strings in names.items()
+        if variable in environment or flags & strings
+        for name in strings
+    }
     unknown = flags - {s for a in parser._actions for s in a.option_strings}
     if unknown:
         raise ValueLinesError(f"the manifests pass flags the command does not have: {unknown}")

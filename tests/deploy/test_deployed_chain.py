@@ -162,6 +162,12 @@ def _controller_env(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
+def _controller_args(pod: dict[str, Any]) -> list[str]:
+    (container,) = pod["spec"]["containers"]
+    args: list[str] = container["args"]
+    return args
+
+
 def test_the_shipped_manifests_run_on_real_kubelets_as_docs_install_says(
     deployment: Deployment,
 ) -> None:
@@ -309,7 +315,7 @@ def test_the_helm_chart_installs_acts_upgrades_and_uninstalls_as_the_docs_say(
         controller = _wait_chart(installer, [node.name], dry_run=False, tag="0.1.0")
         assert _controller_env(controller)["NODESYNC_ROLLBACK_DELETE_NODES"] == "true"
         flags = ["--guard.max-rollbacks=20", "--log.level=debug"]
-        assert controller["spec"]["containers"][0]["args"] == ["controller", *flags]
+        assert _controller_args(controller) == ["controller", *flags]
         assert installer.get("clusterrole", "nodesync-controller-delete-nodes")["rules"]
 
         # A new node joins, with the chart's agent; the controller stays where it runs. Its
@@ -317,7 +323,7 @@ def test_the_helm_chart_installs_acts_upgrades_and_uninstalls_as_the_docs_say(
         # waits the shipped minute for a stopped agent, then rolls the node back without it.
         new = _join(cluster, built_image)
         assert "NODESYNC_CLEANUP_ACK_TIMEOUT" not in _controller_env(controller)
-        assert not any("cleanup" in arg for arg in controller["spec"]["containers"][0]["args"])
+        assert not any("cleanup" in arg for arg in _controller_args(controller))
         _wait_chart(installer, [node.name, new.name], dry_run=False, tag="0.1.0")
 
         # docs/upgrade.md with Helm, the next image's tag, the values kept, mid-rollback.
@@ -326,7 +332,7 @@ def test_the_helm_chart_installs_acts_upgrades_and_uninstalls_as_the_docs_say(
         monitor_and_roll_back(installer, [node, new], controller, next_tag)
         controller = _wait_chart(installer, [node.name], dry_run=False, tag=NEXT_TAG)
         assert _controller_env(controller)["NODESYNC_ROLLBACK_DELETE_NODES"] == "true"
-        assert controller["spec"]["containers"][0]["args"] == ["controller", *flags]
+        assert _controller_args(controller) == ["controller", *flags]
         assert _helm_release(installer)["version"] == 3
 
         # docs/uninstall.md with Helm: steps 1 and 3 as for kustomize, Helm's removal for 2.

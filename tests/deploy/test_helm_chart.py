@@ -61,6 +61,11 @@ def by_key(text: str) -> dict[Key, Obj]:
     return {key(obj): obj for obj in objects(text)}
 
 
+def changed(before: dict[Key, Obj], after: dict[Key, Obj]) -> list[Key]:
+    """The objects of ``before`` that ``after`` renders differently."""
+    return [k for k in before if before[k] != after[k]]
+
+
 def test_the_templates_are_generated_from_the_manifests() -> None:
     assert helmchart.generated_on_disk() == helmchart.generate(), (
         "deploy/helm/nodesync/templates differ from the manifests: run scripts/gen-helm-chart"
@@ -211,12 +216,10 @@ def test_the_containers_resources_come_from_the_values(chart: helm.Chart) -> Non
         "limits": {"cpu": "1", "memory": "1Gi"},
         "requests": {"cpu": "50m", "memory": "128Mi"},
     }
-    assert [k for k in default if default[k] != raised[k]] == [
-        ("Deployment", NAMESPACE, controller[1])
-    ]
+    assert changed(default, raised) == [("Deployment", NAMESPACE, controller[1])]
     lowered = render(chart, {"agent": {"resources": {"requests": {"cpu": "10m"}}}})
     assert _resources(lowered, *agent)["requests"] == {"cpu": "10m", "memory": "96Mi"}
-    assert [k for k in default if default[k] != lowered[k]] == [("DaemonSet", NAMESPACE, agent[1])]
+    assert changed(default, lowered) == [("DaemonSet", NAMESPACE, agent[1])]
 
 
 def test_a_switch_that_changes_resources_stops_the_generator() -> None:
@@ -241,9 +244,14 @@ WORKLOADS = {
 }
 
 
-def _container(rendered: dict[Key, Obj], role: str) -> Obj:
+def _pod(rendered: dict[Key, Obj], role: str) -> Obj:
     kind, name = WORKLOADS[role]
-    (container,) = rendered[(kind, NAMESPACE, name)]["spec"]["template"]["spec"]["containers"]
+    pod: Obj = rendered[(kind, NAMESPACE, name)]["spec"]["template"]["spec"]
+    return pod
+
+
+def _container(rendered: dict[Key, Obj], role: str) -> Obj:
+    (container,) = _pod(rendered, role)["containers"]
     return container
 
 
@@ -278,7 +286,7 @@ def test_extra_args_reach_the_command_line(
     # The chart's own settings are untouched, and nothing else changes.
     assert _parsed(after).log_format == "json"
     kind, name = WORKLOADS[role]
-    assert [k for k in default if default[k] != rendered[k]] == [(kind, NAMESPACE, name)]
+    assert changed(default, rendered) == [(kind, NAMESPACE, name)]
 
 
 def _chart_set_flags(container: Obj) -> list[str]:
@@ -334,10 +342,10 @@ def test_monitoring_labels_go_on_what_prometheus_and_alertmanager_select(
 ) -> None:
     default = render(chart, {})
     labelled = render(chart, {"monitoringLabels": {"release": "kps", "team": "platform"}})
-    changed = [k for k in default if default[k] != labelled[k]]
-    assert {k[0] for k in changed} == MONITORING_KINDS
-    assert len(changed) == 4  # two ServiceMonitors
-    for k in changed:
+    labelled_keys = changed(default, labelled)
+    assert {k[0] for k in labelled_keys} == MONITORING_KINDS
+    assert len(labelled_keys) == 4  # two ServiceMonitors
+    for k in labelled_keys:
         assert labelled[k]["metadata"]["labels"] == {
             **default[k]["metadata"]["labels"],
             "release": "kps",
@@ -353,12 +361,6 @@ def test_the_namespace_can_be_left_out(chart: helm.Chart) -> None:
     assert ("Namespace", "", NAMESPACE) not in render(chart, {"namespace": {"create": False}})
 
 
-def _pod(rendered: dict[Key, Obj], role: str) -> Obj:
-    kind, name = WORKLOADS[role]
-    pod: Obj = rendered[(kind, NAMESPACE, name)]["spec"]["template"]["spec"]
-    return pod
-
-
 def test_image_pull_secrets_go_on_both_pods(chart: helm.Chart) -> None:
     default = render(chart, {})
     secrets = [{"name": "registry-a"}, {"name": "registry-b"}]
@@ -370,8 +372,8 @@ def test_image_pull_secrets_go_on_both_pods(chart: helm.Chart) -> None:
             **_pod(default, role),
             "imagePullSecrets": None,
         }
-    changed = {k for k in default if default[k] != rendered[k]}
-    assert changed == {(kind, NAMESPACE, name) for kind, name in WORKLOADS.values()}
+    changed_keys = set(changed(default, rendered))
+    assert changed_keys == {(kind, NAMESPACE, name) for kind, name in WORKLOADS.values()}
 
 
 @pytest.mark.parametrize("ha", [False, True], ids=["single", "ha"])
@@ -390,9 +392,7 @@ def test_the_controller_can_be_placed(chart: helm.Chart, ha: bool) -> None:
     # The ha build's anti-affinity stays beside them.
     assert ("affinity" in pod) is ha
     assert {k: v for k, v in pod.items() if k not in placement} == _pod(default, "controller")
-    assert [k for k in default if default[k] != rendered[k]] == [
-        ("Deployment", NAMESPACE, "nodesync-controller")
-    ]
+    assert changed(default, rendered) == [("Deployment", NAMESPACE, "nodesync-controller")]
 
 
 def test_a_pod_field_the_manifests_set_stops_the_generator() -> None:
